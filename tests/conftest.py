@@ -1,0 +1,39 @@
+"""Shared fixtures: a tiny model whose dimensions all differ, so a swapped axis fails instead of broadcasting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer.model import Transformer
+
+TINY = dict(
+    src_vocab_size=23, tgt_vocab_size=23, pad_id=0, d_model=16, n_heads=2, d_ff=24,
+    n_encoder_layers=2, n_decoder_layers=3, dropout=0.0, max_positions=64,
+)  # fmt: skip
+PAD, BOS, EOS = 0, 2, 3
+
+
+def tiny_model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(**{**TINY, **overrides}).eval()
+
+
+def random_tokens(batch: int, length: int, vocab: int = 23, seed: int = 0) -> torch.Tensor:
+    """(batch, length) ids in [4, vocab): never pad, bos or eos."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (batch, length), generator=generator)
+
+
+@pytest.fixture
+def model() -> Transformer:
+    return tiny_model()
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

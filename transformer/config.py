@@ -1,0 +1,331 @@
+"""Configuration: frozen dataclasses, YAML loading, dotted overrides and validation.
+
+The dataclasses below hold the only defaults in the project; YAML files may be partial. `load_config` reads a
+file with `yaml.safe_load`, applies `--set section.key=value` overrides, rejects unknown keys (listing the valid
+ones, with a close-match suggestion) and values of the wrong type, and validates each section in `__post_init__`.
+Every problem is raised as `ConfigError` (a `UserError`), which the command-line tools print as one line.
+
+This module imports no torch, so it loads instantly and can be used by any tool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from transformer.errors import UserError
+
+
+class ConfigError(UserError):
+    """An unknown key, a value of the wrong type, or a value out of range."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    d_model: int = 512  # width of every sub-layer output and embedding (paper: 512 base, 1024 big)
+    n_heads: int = 8  # attention heads h; d_head = d_model / n_heads
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    n_encoder_layers: int = 6  # N, encoder layers
+    n_decoder_layers: int = 6  # N, decoder layers
+    dropout: float = 0.1  # P_drop on sub-layer outputs (before the residual add) and on embeddings + positions
+    attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
+    activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
+    activation: Literal["relu", "gelu"] = "relu"  # feed-forward non-linearity (paper: ReLU)
+    norm_first: bool = False  # False: post-LN LayerNorm(x + Sublayer(x)) as the paper; True: pre-LN + final norm
+    layer_norm_eps: float = 1e-5  # epsilon inside LayerNorm's sqrt(var + eps)
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # positional encoding (paper: sinusoidal)
+    max_positions: int = 1024  # longest sequence, in tokens, the model accepts (source or target)
+    share_embeddings: bool = True  # one embedding matrix for source and target (needs a joint vocabulary)
+    tie_output: bool = True  # the pre-softmax projection reuses the target embedding matrix
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions"):
+            _require(getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}")
+        _require(
+            self.d_model % self.n_heads == 0,
+            f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})",
+        )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            _require(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value}")
+        _require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """One split of a corpus: plain parallel files, a TSV file, or a `datasets` source (exactly one kind)."""
+
+    src: str | None = None  # plain text file, one source sentence per line
+    tgt: str | None = None  # plain text file, one target sentence per line, parallel to `src`
+    tsv: str | None = None  # tab-separated file (plain, .gz or .xz)
+    tsv_columns: tuple[int, int] = (0, 1)  # 0-based columns of the source and target in `tsv`
+    dataset: str | None = None  # `datasets` name (hub or builder such as json/parquet) or a saved dataset path
+    config: str | None = None  # `datasets` configuration name, e.g. "de-en" for wmt14
+    split: str = "train"  # `datasets` split name
+    data_files: str | list[str] | None = None  # files for a local builder (json, parquet, arrow, csv)
+    from_disk: bool = False  # `dataset` is a directory written by `Dataset.save_to_disk`
+    max_examples: int | None = None  # keep only the first N pairs (for quick runs)
+
+    def __post_init__(self) -> None:
+        kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset)) if on]
+        _require(len(kinds) == 1, f"a data split needs exactly one of src+tgt, tsv or dataset, got {kinds or 'none'}")
+        _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
+        _require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
+        _require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    src_lang: str = "en"  # source language code (the key in a `translation` column)
+    tgt_lang: str = "de"  # target language code
+    train: SplitConfig | None = None  # training pairs
+    valid: SplitConfig | None = None  # validation pairs (loss, perplexity, BLEU during training)
+    test: SplitConfig | None = None  # test pairs (transformer-evaluate's default)
+    cache_dir: str = "cache"  # where the tokenizer and encoded splits are cached, keyed by a content hash
+    vocab_size: int = 8000  # SentencePiece vocabulary size (paper: ~37k shared BPE for EN-DE)
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece algorithm
+    joint_vocab: bool = True  # one SentencePiece model for source and target (the paper's shared vocabulary)
+    spm_input_sentences: int = 2_000_000  # sentences sampled to train SentencePiece (0 = all)
+    character_coverage: float = 1.0  # SentencePiece character coverage
+    max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
+    max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
+    num_proc: int = 1  # processes for `datasets.map` when encoding
+
+    def __post_init__(self) -> None:
+        _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
+        _require(self.vocab_size >= 16, f"data.vocab_size must be at least 16, got {self.vocab_size}")
+        _require(self.max_tokens_per_sentence > 0, "data.max_tokens_per_sentence must be positive")
+        _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
+        _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
+        _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    out_dir: str = "runs/default"  # run directory: checkpoints, metrics.jsonl, config.yaml, curves.png
+    seed: int = 1  # seeds python, numpy and torch; also fixes the batch order
+    max_tokens: int = 4096  # padded tokens (source or target, the larger) per micro-batch on one device
+    update_tokens: int = 25000  # target tokens per optimizer update, summed over devices and accumulation
+    lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"  # noam: the paper's; inverse_sqrt: fairseq-style
+    lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    lr: float = 5e-4  # inverse_sqrt: peak learning rate reached after warmup
+    warmup_steps: int = 4000  # linear warmup, in updates
+    adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
+    adam_eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW); 0 = the paper's Adam
+    clip_norm: float = 0.0  # clip the global gradient norm to this (0 = off)
+    label_smoothing: float = 0.1  # epsilon_ls
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: bf16 where supported, else fp32
+    compile: bool = False  # wrap the model in torch.compile
+    threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
+    max_steps: int = 100_000  # stop after this many updates (0 = no limit)
+    max_epochs: int = 0  # stop after this many epochs (0 = no limit)
+    max_time: str | None = None  # stop after this wall time, e.g. "90s", "12m", "2h" (None = no limit)
+    log_every: int = 50  # updates between progress/metrics lines
+    valid_every: int = 1000  # updates between validations (0 = only at the end)
+    valid_bleu: bool = True  # greedy-decode the validation set and report BLEU at each validation
+    valid_bleu_sentences: int = 500  # sentences of the validation set to decode for BLEU (0 = all)
+    best_metric: Literal["bleu", "loss"] = "bleu"  # which validation metric selects best.pt
+    patience: int = 0  # stop after this many validations without improvement (0 = never)
+    save_every: int = 1000  # updates between checkpoints (0 = only at the end)
+    save_every_minutes: float = 0.0  # also checkpoint after this many minutes (0 = off)
+    keep_last: int = 5  # numbered checkpoints to keep (the paper averages the last 5)
+    nan_patience: int = 5  # abort after this many consecutive non-finite losses
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
+            _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
+        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads"):
+            _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
+        _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
+        _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
+        _require(0 <= self.label_smoothing < 1, f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        _require(self.clip_norm >= 0 and self.weight_decay >= 0, "train.clip_norm and weight_decay must be >= 0")
+        if self.max_time is not None:
+            parse_duration(self.max_time)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    beam_size: int = 4  # K hypotheses kept per sentence (1 = greedy)
+    length_penalty: Literal["gnmt", "fairseq", "none"] = "gnmt"  # gnmt: ((5+len)/6)^alpha; fairseq: len^alpha
+    alpha: float = 0.6  # length penalty exponent
+    max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
+    max_len_b: int = 50
+    min_len: int = 0  # EOS is forbidden before this many output tokens
+    nbest: int = 1  # hypotheses returned per sentence
+    max_tokens: int = 8000  # source tokens per decoding batch (sentences are sorted by length first)
+    sampling: bool = False  # sample instead of searching (not in the paper)
+    temperature: float = 1.0  # sampling temperature
+    top_k: int = 0  # sample among the k most likely tokens (0 = all)
+    top_p: float = 1.0  # sample among the smallest set with this probability mass
+
+    def __post_init__(self) -> None:
+        _require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
+        _require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")
+        _require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
+        _require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
+        _require(self.max_tokens > 0, "decode.max_tokens must be positive")
+        _require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")
+        _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        _require(
+            not self.model.share_embeddings or self.data.joint_vocab,
+            "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(dataclasses.asdict(self))
+
+    def replace(self, section: str, **changes: Any) -> Config:
+        """A copy with `changes` applied to one section, validated again."""
+        return from_dict({**self.to_dict(), section: {**self.to_dict()[section], **changes}})
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '12m', '1.5h' or a bare number of seconds -> seconds."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
+    if not match:
+        raise ConfigError(f"bad duration {text!r}: use seconds, or a number with s, m or h, e.g. '12m'")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+# ---------------------------------------------------------------------------------------------- typed loading
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against the annotation `tp`, converting only where it is lossless (int -> float)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where} must be {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        _require(value in args, f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    if origin is tuple:
+        ok = isinstance(value, (list, tuple)) and len(value) == len(args)
+        _require(ok, f"{where} must be a list of {len(args)} values, got {value!r}")
+        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is list:
+        _require(isinstance(value, list), f"{where} must be a list, got {value!r}")
+        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, str):  # PyYAML reads `5e-4` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        _require(isinstance(value, (int, float)) and not isinstance(value, bool), f"{where} must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        _require(isinstance(value, bool), f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        _require(isinstance(value, str), f"{where} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {tp!r} at {where}")
+
+
+def _build(cls: type, values: Any, where: str) -> Any:
+    """Instantiate dataclass `cls` from a mapping, rejecting unknown keys and wrong types."""
+    if isinstance(values, cls):
+        return values
+    _require(isinstance(values, dict), f"{where or 'the config'} must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        name = f"{where}.{key}" if where else str(key)
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown config key '{name}'{hint}; valid keys: {', '.join(valid)}")
+        kwargs[key] = _coerce(value, hints[key], name)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where or 'config'}: {exc}") from None
+
+
+def from_dict(values: dict[str, Any]) -> Config:
+    """A validated `Config` from a (possibly partial) nested mapping."""
+    return _build(Config, values or {}, "")
+
+
+def _set_dotted(tree: dict[str, Any], override: str) -> None:
+    key, sep, raw = override.partition("=")
+    _require(bool(sep) and bool(key.strip()), f"bad override {override!r}: use section.key=value")
+    *parents, leaf = key.strip().split(".")
+    node = tree
+    for part in parents:
+        child = node.setdefault(part, {})
+        _require(isinstance(child, dict), f"bad override {override!r}: '{part}' is not a section")
+        node = child
+    node[leaf] = yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (any subset of the keys), apply `section.key=value` overrides and validate."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        _require(path.is_file(), f"config file not found: {path}")
+        try:
+            tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
+    for override in overrides:
+        _set_dotted(tree, override)
+    return from_dict(tree)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")

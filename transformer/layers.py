@@ -1,0 +1,143 @@
+"""The feed-forward sub-layer and the encoder and decoder layers (paper sections 3.1 and 3.3).
+
+Legend: B batch, S source length, T target length, D d_model, F d_ff, H heads, Dh head dim, N = B*K rows.
+
+Each sub-layer is wrapped as in section 5.4: dropout on its output, then the residual add. Post-LN (the paper,
+`norm_first=False`) normalises after the add, LayerNorm(x + Dropout(Sublayer(x))); pre-LN normalises the
+sub-layer's input instead, x + Dropout(Sublayer(LayerNorm(x))), and the stack then ends in a final LayerNorm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer.attention import LayerCache, MultiHeadAttention
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alike (section 3.3)."""
+
+    def __init__(self, *, d_model: int, d_ff: int, activation: str = "relu", activation_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # via (B, T, F)
+
+
+class _SublayerConnection(nn.Module):
+    """Base of both layers: the dropout, residual add and LayerNorm wrapped around every sub-layer."""
+
+    def __init__(self, *, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def residual(
+        self, x: torch.Tensor, norm: nn.LayerNorm, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """Post-LN: LayerNorm(x + Dropout(Sublayer(x))). Pre-LN: x + Dropout(Sublayer(LayerNorm(x)))."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(_SublayerConnection):
+    """Self-attention, then the feed-forward network, each in a residual block."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(
+            d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout, self_attention=True
+        )
+        self.self_attn_norm = nn.LayerNorm(d_model, eps=eps)
+        self.ff = PositionwiseFeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
+        )
+        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, mask=src_mask))
+        return self.residual(x, self.ff_norm, self.ff)
+
+
+class DecoderLayer(_SublayerConnection):
+    """Masked self-attention, attention over the encoder memory, then the feed-forward network."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__(dropout=dropout, norm_first=norm_first)
+        attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(**attention, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(d_model, eps=eps)
+        self.cross_attn = MultiHeadAttention(**attention, self_attention=False)
+        self.cross_attn_norm = nn.LayerNorm(d_model, eps=eps)
+        self.ff = PositionwiseFeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
+        )
+        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (B, T, D).
+
+        Target padding needs no mask: it sits after the real tokens, which the causal mask already hides it
+        from, and the loss ignores the padded positions themselves.
+        """
+        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, is_causal=True))
+        x = self.residual(x, self.cross_attn_norm, lambda h: self.cross_attn(h, memory, mask=src_mask))
+        return self.residual(x, self.ff_norm, self.ff)
+
+    def init_cache(self, memory: torch.Tensor) -> LayerCache:
+        """Cross-attention keys and values, computed once per sentence; an empty self-attention cache."""
+        cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+        empty = cross_k.new_zeros(cross_k.size(0), cross_k.size(1), 0, cross_k.size(3))  # (B, H, 0, Dh)
+        return LayerCache(self_k=empty, self_v=empty, cross_k=cross_k, cross_v=cross_v)
+
+    def step(self, x: torch.Tensor, cache: LayerCache, src_mask: torch.Tensor) -> torch.Tensor:
+        """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D)."""
+
+        def self_attention(h: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.self_attn.project_qkv(h)  # (N, H, 1, Dh) each
+            k, v = cache.append(k, v)  # (N, H, t+1, Dh): the prefix is never recomputed
+            return self.self_attn.attend(q, k, v)  # the newest position may see every cached one
+
+        def cross_attention(h: torch.Tensor) -> torch.Tensor:
+            return self.cross_attn.attend(self.cross_attn.project_q(h), cache.cross_k, cache.cross_v, src_mask)
+
+        x = self.residual(x, self.self_attn_norm, self_attention)
+        x = self.residual(x, self.cross_attn_norm, cross_attention)
+        return self.residual(x, self.ff_norm, self.ff)

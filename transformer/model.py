@@ -1,0 +1,182 @@
+"""The encoder-decoder Transformer (paper section 3, Figure 1) and its decoding interface.
+
+Legend: B batch, S source length, T target length, D d_model, V vocabulary, K beam, N = B*K rows.
+
+    memory = model.encode(src, src_mask)             # (B, S, D)
+    logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V) teacher forcing
+    cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per layer
+    log_probs = model.decode_step(tokens, cache)     # (N, 1) -> (N, V), appends self-attention K/V
+    cache.reorder(index)                             # beams re-ranked
+
+The model knows nothing of search, data or training.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from transformer.attention import DecoderCache, make_pad_mask
+from transformer.config import ModelConfig
+from transformer.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
+from transformer.layers import DecoderLayer, EncoderLayer
+
+
+def _positional(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    cls = SinusoidalPositionalEncoding if kind == "sinusoidal" else LearnedPositionalEmbedding
+    return cls(d_model=d_model, max_positions=max_positions)
+
+
+class Encoder(nn.Module):
+    """Embedding + positions (with dropout), then N encoder layers; pre-LN adds a final LayerNorm."""
+
+    def __init__(self, *, embedding: TokenEmbedding, positional: nn.Module, n_layers: int, dropout: float,
+                 norm_first: bool, eps: float, **layer_kwargs) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.positional = positional
+        self.dropout = nn.Dropout(dropout)
+        kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
+        self.layers = nn.ModuleList(EncoderLayer(**kwargs) for _ in range(n_layers))
+        self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
+        x = self.dropout(self.positional(self.embedding(src)))  # (B, S, D)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    """Embedding + positions (with dropout), then N decoder layers; returns hidden states, not logits."""
+
+    def __init__(self, *, embedding: TokenEmbedding, positional: nn.Module, n_layers: int, dropout: float,
+                 norm_first: bool, eps: float, **layer_kwargs) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.positional = positional
+        self.dropout = nn.Dropout(dropout)
+        kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
+        self.layers = nn.ModuleList(DecoderLayer(**kwargs) for _ in range(n_layers))
+        self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
+
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """tgt_in (B, T) ids starting with BOS, memory (B, S, D) -> (B, T, D)."""
+        x = self.dropout(self.positional(self.embedding(tgt_in)))  # (B, T, D)
+        for layer in self.layers:
+            x = layer(x, memory, src_mask)
+        return self.final_norm(x)
+
+    def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+        """tokens (N, 1), the newest target token per row -> (N, 1, D); appends to every layer's cache."""
+        x = self.dropout(self.positional(self.embedding(tokens), offset=cache.position))  # (N, 1, D)
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            x = layer.step(x, layer_cache, cache.src_mask)
+        cache.position += 1
+        return self.final_norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with (optionally) one embedding matrix shared by source, target and the output layer."""
+
+    def __init__(
+        self,
+        *,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        positional: str = "sinusoidal",
+        max_positions: int = 1024,
+        share_embeddings: bool = True,
+        tie_output: bool = True,
+    ) -> None:
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"share_embeddings needs one vocabulary, got {src_vocab_size} and {tgt_vocab_size}")
+        self.pad_id = pad_id
+        self.max_positions = max_positions
+        src_embedding = TokenEmbedding(vocab_size=src_vocab_size, d_model=d_model, pad_id=pad_id)
+        tgt_embedding = (
+            src_embedding
+            if share_embeddings
+            else TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
+        )
+        stack = dict(
+            dropout=dropout, norm_first=norm_first, eps=layer_norm_eps, d_model=d_model, n_heads=n_heads,
+            d_ff=d_ff, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+            activation=activation,
+        )
+        self.encoder = Encoder(
+            embedding=src_embedding, positional=_positional(positional, d_model, max_positions),
+            n_layers=n_encoder_layers, **stack,
+        )
+        self.decoder = Decoder(
+            embedding=tgt_embedding, positional=_positional(positional, d_model, max_positions),
+            n_layers=n_decoder_layers, **stack,
+        )
+        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self._init_projections()
+        if tie_output:
+            self.output_proj.weight = tgt_embedding.weight  # softmax(h E^T): the pre-softmax layer is E
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+        """The only place a config object meets the model."""
+        fields = {name: getattr(config, name) for name in config.__dataclass_fields__}
+        return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, pad_id=pad_id, **fields)
+
+    def _init_projections(self) -> None:
+        """Xavier uniform for every projection (each Q, K, V block of a fused matrix on its own), zero biases."""
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if name.endswith(("qkv_proj", "kv_proj")):
+                    for block in module.weight.data.chunk(module.out_features // module.in_features, dim=0):
+                        nn.init.xavier_uniform_(block)
+                else:
+                    nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    # -------------------------------------------------------------------------------- training interface
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, 1, 1, S) bool -> memory (B, S, D)."""
+        return self.encoder(src, src_mask)
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V) in the compute dtype."""
+        return self.output_proj(self.decoder(tgt_in, memory, src_mask))
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); padding is read from `pad_id`."""
+        src_mask = make_pad_mask(src, self.pad_id)  # (B, 1, 1, S)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+
+    # ------------------------------------------------------------------------------- decoding interface
+
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
+        """Per-layer cross-attention K/V from memory (B, S, D); empty self-attention caches."""
+        layers = [layer.init_cache(memory) for layer in self.decoder.layers]
+        return DecoderCache(layers=layers, src_mask=src_mask)
+
+    def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+        """tokens (N, 1), the last token of each row -> log-probabilities (N, V) in float32; grows the cache."""
+        hidden = self.decoder.step(tokens, cache)  # (N, 1, D)
+        return self.output_proj(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
