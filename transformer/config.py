@@ -119,6 +119,7 @@ class TrainConfig:
     seed: int = 1  # seeds python, numpy and torch; also fixes the batch order
     max_tokens: int = 4096  # padded tokens (source or target, the larger) per micro-batch on one device
     update_tokens: int = 25000  # target tokens per optimizer update, summed over devices and accumulation
+    accumulation: int = 0  # micro-batches per device per update (0 = derived from update_tokens)
     lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"  # noam: the paper's; inverse_sqrt: fairseq-style
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     lr: float = 5e-4  # inverse_sqrt: peak learning rate reached after warmup
@@ -148,7 +149,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
             _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads"):
+        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
+                     "accumulation"):
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
         _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")

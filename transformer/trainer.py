@@ -1,0 +1,378 @@
+"""The training driver: data, model, optimizer and devices wired around `training.train_update`, with
+validation, early stopping, checkpoints, exact resume, signals and progress.
+
+One process per device; under `torchrun` the processes form a DDP group and rank 0 alone logs and writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from transformer import training
+from transformer.checkpoint import load_checkpoint, model_state, save_checkpoint
+from transformer.config import Config, parse_duration, save_config
+from transformer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------- devices
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """(rank, world size, device) from torchrun's environment; a single process when it is absent."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    rank = torch.distributed.get_rank() if world > 1 else 0
+    return rank, world, device
+
+
+def _barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def _any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when `flag` is true on any rank (stop decisions must agree)."""
+    if not torch.distributed.is_initialized():
+        return flag
+    tensor = torch.tensor([float(flag)], device=device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+# ----------------------------------------------------------------------------------------- RNG states
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch and CUDA generator states as tensors and plain values (weights_only-safe)."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(tuple(v if not isinstance(v, list) else tuple(v) for v in state["python"]))
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy(), *rest))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    """Holds the run's state; `run()` trains until a stop condition and returns the final metrics."""
+
+    def __init__(self, config: Config, *, resume: bool | str = False, progress: bool = True) -> None:
+        from transformer.batching import TokenBatchSampler
+        from transformer.data import prepare_data
+        from transformer.model import Transformer
+        from transformer.tokenizer import PAD_ID
+
+        self.config, self.train_cfg = config, config.train
+        self.rank, self.world, self.device = init_distributed()
+        self.is_main = self.rank == 0
+        self.out_dir = Path(self.train_cfg.out_dir)
+        self.progress = progress and self.is_main
+        if self.train_cfg.threads:
+            torch.set_num_threads(self.train_cfg.threads)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        seed_everything(self.train_cfg.seed)
+
+        if self.is_main:  # rank 0 trains the tokenizer and fills the cache; the others then read it
+            self.data = prepare_data(config, progress=self.progress)
+        _barrier()
+        if not self.is_main:
+            self.data = prepare_data(config, progress=False)
+        if "train" not in self.data.splits:
+            raise UserError("the config has no data.train split to train on")
+        self.tokenizer, self.pad_id = self.data.tokenizer, PAD_ID
+        train_split = self.data.splits["train"]
+        self.sampler = TokenBatchSampler(
+            train_split.src_lengths, train_split.tgt_lengths, max_tokens=self.train_cfg.max_tokens,
+            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world,
+        )  # fmt: skip
+        mean_tokens = float(np.sum(train_split.tgt_lengths)) / max(len(self.sampler) * self.world, 1)
+        self.accumulation = self.train_cfg.accumulation or training.micro_batch_count(
+            self.train_cfg.update_tokens, mean_tokens, self.world
+        )
+
+        self.model = Transformer.from_config(
+            config.model, src_vocab_size=self.tokenizer.src_vocab_size,
+            tgt_vocab_size=self.tokenizer.tgt_vocab_size, pad_id=PAD_ID,
+        ).to(self.device)  # fmt: skip
+        self.precision = training.resolve_precision(self.train_cfg.precision, self.device)
+        self.optimizer = training.make_optimizer(self.model, self.train_cfg)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.step, self.best, self.bad_validations = 0, None, 0
+        self.start_time, self.elapsed_before = time.time(), 0.0
+        if resume:
+            self._resume(self.out_dir / "checkpoint_last.pt" if resume is True else Path(resume))
+        self.net = self.model
+        if self.train_cfg.compile:
+            self.net = torch.compile(self.net)
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.net = torch.nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
+        self.stop_signal: str | None = None
+
+    # ---------------------------------------------------------------------------- checkpoint state
+
+    def state(self) -> dict[str, Any]:
+        return model_state(
+            self.model, self.config, self.tokenizer, step=self.step, epoch=self.sampler.epoch,
+            optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict() if self.scaler else None,
+            sampler=self.sampler.state_dict(), rng=rng_state(),
+            progress={"best": self.best, "bad_validations": self.bad_validations, "elapsed": self.elapsed()},
+        )  # fmt: skip
+
+    def _resume(self, path: Path) -> None:
+        from transformer.checkpoint import check_vocabulary
+
+        state = load_checkpoint(path, map_location="cpu")
+        check_vocabulary(state, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.sampler.load_state_dict(state["sampler"])
+        set_rng_state(state["rng"])
+        self.step = state["step"]
+        progress = state["progress"]
+        self.best, self.bad_validations, self.elapsed_before = (
+            progress["best"], progress["bad_validations"], progress["elapsed"],
+        )  # fmt: skip
+        log.info("resumed from %s at update %d (epoch %d)", path, self.step, self.sampler.epoch)
+
+    def save(self, reason: str) -> None:
+        """checkpoint_<step>.pt (full state), checkpoint_last.pt linked to it; keep the last `keep_last`."""
+        if not self.is_main:
+            return
+        path = self.out_dir / f"checkpoint_{self.step}.pt"
+        save_checkpoint(self.state(), path)
+        last = self.out_dir / "checkpoint_last.pt"
+        tmp = self.out_dir / ".checkpoint_last.pt.link"
+        tmp.unlink(missing_ok=True)
+        os.link(path, tmp)
+        os.replace(tmp, last)  # atomic: checkpoint_last.pt is always a whole checkpoint
+        numbered = sorted(self.out_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+        for old in numbered[: -self.train_cfg.keep_last]:
+            old.unlink()
+        log.info("saved %s (%s)", path, reason)
+
+    # --------------------------------------------------------------------------------- the loop
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.start_time
+
+    def _batches(self) -> Iterator:
+        """Batches on the device, epoch after epoch, until max_epochs."""
+        from transformer.batching import collate
+
+        split = self.data.splits["train"]
+        max_epochs = self.train_cfg.max_epochs
+        while not max_epochs or self.sampler.epoch < max_epochs:
+            for indices in self.sampler:
+                yield collate(split, indices).to(self.device, non_blocking=True)
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            self.stop_signal = signal.Signals(signum).name
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, handler)
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.train_cfg
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            save_config(self.config, self.out_dir / "config.yaml")
+        self._install_signal_handlers()
+        max_time = parse_duration(cfg.max_time) if cfg.max_time else math.inf
+        log.info(
+            "training %s parameters on %s x%d (%s), %d micro-batches of <= %d tokens per update per device",
+            f"{sum(p.numel() for p in self.model.parameters()):,}", self.device, self.world, self.precision,
+            self.accumulation, cfg.max_tokens,
+        )  # fmt: skip
+        bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress, unit="upd", dynamic_ncols=True)
+        batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
+        self.net.train()
+        reason = None
+        while reason is None:
+            micro = [b for _, b in zip(range(self.accumulation), batches)]
+            if not micro:
+                reason = "max_epochs"
+                break
+            self.step += 1
+            stats = training.train_update(
+                self.net, micro, self.optimizer, lr=training.learning_rate(self.step, cfg, self.config.model),
+                train=cfg, precision=self.precision, scaler=self.scaler, pad_id=self.pad_id,
+            )  # fmt: skip
+            nonfinite = nonfinite + 1 if not math.isfinite(stats.loss) else 0
+            if nonfinite >= cfg.nan_patience:
+                raise UserError(
+                    f"the loss was not finite for {nonfinite} updates in a row (update {self.step}): lower the "
+                    "learning rate or lengthen the warmup, clip gradients (train.clip_norm), or use bf16 instead of fp16"
+                )
+            window.add(stats)
+            if self.step % cfg.log_every == 0:
+                self._log_train(window, bar)
+            bar.update(1)
+            if cfg.valid_every and self.step % cfg.valid_every == 0 and self._validate():
+                reason = "patience"
+            reason = reason or self._stop_reason(max_time)
+            minutes_due = cfg.save_every_minutes and time.time() - last_save >= 60 * cfg.save_every_minutes
+            if reason is None and ((cfg.save_every and self.step % cfg.save_every == 0) or minutes_due):
+                self.save("scheduled")
+                last_save = time.time()
+        bar.close()
+        log.info("stopping at update %d: %s", self.step, reason)
+        final = {}
+        if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
+            self._validate()
+        self.save(reason)
+        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
+        if self.is_main:
+            from transformer.plotting import plot_curves
+
+            plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
+        _barrier()
+        return final
+
+    def _stop_reason(self, max_time: float) -> str | None:
+        reason = None
+        if self.stop_signal:
+            reason = self.stop_signal
+        elif self.train_cfg.max_steps and self.step >= self.train_cfg.max_steps:
+            reason = "max_steps"
+        elif self.elapsed() >= max_time:
+            reason = "max_time"
+        if self.world > 1 and _any_rank(reason is not None, self.device):
+            reason = reason or "another rank stopped"
+        return reason
+
+    # ---------------------------------------------------------------------------- logging, validation
+
+    def _write_metrics(self, record: dict[str, Any]) -> None:
+        if self.is_main:
+            with open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _log_train(self, window: _Window, bar: tqdm) -> None:
+        record = {"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
+                  "elapsed": round(self.elapsed(), 2)}  # fmt: skip
+        self._write_metrics(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", wpb=f"{record['wpb']:.0f}",
+                        tok_s=f"{record['tok_s']:.0f}")  # fmt: skip
+        if not self.progress and self.is_main:
+            log.info("update %d %s", self.step, " ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step"))
+
+    def _validate(self) -> bool:
+        """Loss, perplexity and (optionally) greedy BLEU on the validation split; True to stop (patience)."""
+        stop = False
+        if self.is_main and "valid" in self.data.splits:
+            record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device)}
+            self._write_metrics(record)
+            log.info("validation at update %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
+                                                                          if k != "step"))  # fmt: skip
+            use_bleu = self.train_cfg.best_metric == "bleu" and "valid_bleu" in record
+            value = record["valid_bleu"] if use_bleu else -record["valid_loss"]
+            if self.best is None or value > self.best:
+                self.best, self.bad_validations = value, 0
+                save_checkpoint(model_state(self.model, self.config, self.tokenizer, step=self.step,
+                                            valid=record), self.out_dir / "best.pt")  # fmt: skip
+            else:
+                self.bad_validations += 1
+                stop = bool(self.train_cfg.patience) and self.bad_validations >= self.train_cfg.patience
+        return _any_rank(stop, self.device)
+
+
+def validate(model, data, config: Config, precision: str, device: torch.device) -> dict[str, float]:
+    """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
+    from transformer.batching import TokenBatchSampler, collate
+
+    split = data.splits["valid"]
+    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
+                                shuffle=False)  # fmt: skip
+    batches = (collate(split, indices).to(device) for indices in sampler)
+    loss, nll = training.evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
+                                       epsilon=config.train.label_smoothing)  # fmt: skip
+    record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
+    if config.train.valid_bleu and split.src_text is not None:
+        from transformer.evaluation import corpus_scores
+        from transformer.translator import Translator
+
+        n = config.train.valid_bleu_sentences or len(split)
+        decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
+        translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
+        hypotheses = translator.translate_texts(split.src_text[:n])
+        record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
+        model.train()
+    return record
+
+
+class _Window:
+    """Running sums between two log lines: loss and nll per token, tokens per update, tokens per second."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss = self.nll = 0.0
+        self.tokens = self.updates = self.skipped = 0
+        self.since = time.time()
+
+    def add(self, stats: training.UpdateStats) -> None:
+        if math.isfinite(stats.loss):
+            self.loss += stats.loss * stats.tokens
+            self.nll += stats.nll * stats.tokens
+        self.tokens += stats.tokens
+        self.updates += 1
+        self.skipped += stats.skipped
+
+    def summary(self) -> dict[str, float]:
+        seconds = max(time.time() - self.since, 1e-9)
+        out = {
+            "loss": self.loss / max(self.tokens, 1),
+            "nll": self.nll / max(self.tokens, 1),
+            "wpb": self.tokens / max(self.updates, 1),
+            "tok_s": self.tokens / seconds,
+            "skipped": self.skipped,
+        }
+        out["ppl"] = math.exp(min(out["nll"], 50.0))
+        self.reset()
+        return out

@@ -1,0 +1,195 @@
+"""Training mechanics (paper section 5): the learning-rate schedule, the label-smoothed loss, the optimizer,
+mixed precision, and one optimizer update accumulated over micro-batches and devices.
+
+Legend: B batch, T target length, V vocabulary.
+
+The driver that wires data, checkpoints and validation around these pieces is `transformer.trainer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer.config import ModelConfig, TrainConfig
+
+
+def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """The paper's schedule (section 5.3): scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    Linear warmup for `warmup_steps` updates, then decay with the inverse square root of the step.
+    """
+    step = max(step, 1)
+    warmup = max(warmup_steps, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
+    """fairseq's inverse_sqrt: linear warmup to `peak_lr`, then peak_lr * sqrt(warmup / step)."""
+    step = max(step, 1)
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    return peak_lr * math.sqrt(max(warmup_steps, 1) / step)
+
+
+def learning_rate(step: int, train: TrainConfig, model: ModelConfig) -> float:
+    """The learning rate for update number `step` (1-based) under the configured schedule."""
+    if train.lr_schedule == "noam":
+        return noam_lr(step, d_model=model.d_model, warmup_steps=train.warmup_steps, scale=train.lr_scale)
+    return inverse_sqrt_lr(step, peak_lr=train.lr, warmup_steps=train.warmup_steps)
+
+
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, *, epsilon: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over the non-pad targets.
+
+    logits (B, T, V) any float dtype, target (B, T) ids. The smoothed target puts 1 - epsilon + epsilon/V on the
+    reference token and epsilon/V on every token of the vocabulary (Szegedy et al. 2016, as in PyTorch's
+    `cross_entropy(label_smoothing=...)` and fairseq): loss = (1 - epsilon) * NLL + epsilon * mean_v(-log p_v).
+    The NLL alone gives the perplexity. Computed in float32 whatever the autocast dtype.
+    """
+    log_probs = logits.float().log_softmax(dim=-1).flatten(0, 1)  # (B*T, V)
+    target = target.flatten()  # (B*T,)
+    keep = target != pad_id
+    nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (B*T,)
+    smooth = -log_probs.mean(dim=-1)  # (B*T,)
+    loss = (1.0 - epsilon) * nll + epsilon * smooth
+    return loss[keep].sum(), nll[keep].sum()
+
+
+def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
+    """Adam(beta1, beta2, eps) as the paper (0.9, 0.98, 1e-9); AdamW when weight decay is set."""
+    kwargs = dict(lr=0.0, betas=train.adam_betas, eps=train.adam_eps)
+    fused = {"fused": True} if next(model.parameters()).is_cuda else {}
+    if train.weight_decay > 0:
+        return torch.optim.AdamW(model.parameters(), weight_decay=train.weight_decay, **kwargs, **fused)
+    return torch.optim.Adam(model.parameters(), **kwargs, **fused)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> bf16 on a GPU that supports it, else fp32. fp16 needs CUDA."""
+    if precision == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return "bf16" if cuda_bf16 else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """torch.autocast for bf16/fp16; a no-op for fp32. Parameters and the optimizer stay float32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@dataclass
+class UpdateStats:
+    loss: float  # label-smoothed loss per target token
+    nll: float  # negative log-likelihood per target token (log of the perplexity)
+    tokens: int  # target tokens in the update, over all micro-batches and devices
+    grad_norm: float  # global gradient norm before clipping (nan when the step was skipped)
+    skipped: bool  # fp16 overflow or non-finite loss: no parameter change
+
+
+def _sync_context(model: nn.Module, last: bool) -> contextlib.AbstractContextManager:
+    """DDP all-reduces gradients on the last micro-batch only."""
+    if last or not hasattr(model, "no_sync"):
+        return contextlib.nullcontext()
+    return model.no_sync()
+
+
+def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def train_update(
+    model: nn.Module,
+    micro_batches: Sequence,
+    optimizer: torch.optim.Optimizer,
+    *,
+    lr: float,
+    train: TrainConfig,
+    precision: str,
+    scaler: torch.amp.GradScaler | None,
+    pad_id: int,
+) -> UpdateStats:
+    """One optimizer update from several micro-batches (and, under DDP, several devices).
+
+    The loss is normalised by the number of target tokens in the whole update, counted over every micro-batch and
+    device before the first backward pass, so k micro-batches give the same gradient as one batch holding them all.
+    DDP averages gradients over W devices, hence the factor W.
+    """
+    device = micro_batches[0].src.device
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    (total_tokens,) = _all_reduce_sum([float(sum(b.n_tgt_tokens for b in micro_batches))], device)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = nll_sum = torch.zeros((), device=device)
+    for i, batch in enumerate(micro_batches):
+        with _sync_context(model, last=i == len(micro_batches) - 1):
+            with autocast(precision, device):
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out, epsilon=train.label_smoothing, pad_id=pad_id)
+            scaled = loss * (world / total_tokens)
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()
+    loss_total, nll_total = _all_reduce_sum([loss_sum.item(), nll_sum.item()], device)
+    stats = UpdateStats(loss_total / total_tokens, nll_total / total_tokens, int(total_tokens), math.nan, False)
+    return _apply_update(model, optimizer, lr=lr, train=train, scaler=scaler, stats=stats)
+
+
+def _apply_update(model, optimizer, *, lr: float, train: TrainConfig, scaler, stats: UpdateStats) -> UpdateStats:
+    """Unscale, clip, and step; skip the step on a non-finite loss or an fp16 overflow."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    if not math.isfinite(stats.loss):
+        optimizer.zero_grad(set_to_none=True)
+        stats.skipped = True
+        return stats
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    max_norm = train.clip_norm if train.clip_norm > 0 else math.inf
+    stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    if scaler is not None:
+        scale_before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        stats.skipped = scaler.get_scale() < scale_before  # the scaler skipped the step on inf/nan gradients
+    else:
+        optimizer.step()
+    return stats
+
+
+def micro_batch_count(update_tokens: int, mean_batch_tokens: float, world_size: int) -> int:
+    """Micro-batches per device per update so that one update holds about `update_tokens` target tokens."""
+    return max(1, round(update_tokens / max(mean_batch_tokens * world_size, 1.0)))
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    model = getattr(model, "_orig_mod", model)
+    return getattr(model, "module", model)
+
+
+@torch.no_grad()
+def evaluate_loss(model: nn.Module, batches, *, precision: str, pad_id: int, epsilon: float) -> tuple[float, float]:
+    """(label-smoothed loss, NLL) per target token over `batches`; the model is left in train mode."""
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    tokens = 0
+    for batch in batches:
+        with autocast(precision, batch.src.device):
+            logits = model(batch.src, batch.tgt_in)
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out, epsilon=epsilon, pad_id=pad_id)
+        loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
+    model.train()
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
