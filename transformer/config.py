@@ -235,7 +235,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for option in (a for a in args if a is not type(None)):
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # Optional[X]: X's own message is the precise one
+            return _coerce(value, options[0], where)
+        for option in options:
             try:
                 return _coerce(value, option, where)
             except ConfigError:

@@ -1,0 +1,44 @@
+# The README's two commands: `make demo` and `make test`. Both set the project up first when .venv is missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# This machine's torch is the CPU wheel on disk (pip finds torch==2.13.0 there). On a GPU machine, install your
+# CUDA build of torch first: setup then reuses it (the venv sees the system's packages) instead of pinning.
+TORCH_SPEC ?= torch==2.13.0
+DEMO_TIME ?= 11m
+DEMO_CONFIG ?= configs/demo.yaml
+DEMO_OUT ?= runs/demo
+
+.PHONY: setup test test-fast test-all lint format demo clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
+		echo "setup: reusing the installed torch ($$($(PYTHON) -c 'import torch; print(torch.__version__)'))"; \
+		$(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+		$(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q "$(TORCH_SPEC)"; \
+	fi
+	$(BIN)/pip install -q -e ".[dev,plot]"
+	@touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check transformer tests scripts
+	$(BIN)/ruff format --check transformer tests scripts
+
+format: setup
+	$(BIN)/ruff format transformer tests scripts
+	$(BIN)/ruff check --fix transformer tests scripts
+
+demo: setup
+	$(BIN)/python scripts/demo.py --config $(DEMO_CONFIG) --out $(DEMO_OUT) --time $(DEMO_TIME)
+
+clean:
+	rm -rf runs cache .pytest_cache .ruff_cache

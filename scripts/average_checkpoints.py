@@ -1,0 +1,8 @@
+"""Shim for `transformer-average` (see transformer/cli.py): python scripts/average_checkpoints.py --help"""
+
+import sys
+
+from transformer.cli import average_main
+
+if __name__ == "__main__":
+    sys.exit(average_main())
