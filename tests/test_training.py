@@ -1,0 +1,144 @@
+"""Training mechanics: the paper's schedule, the smoothed loss, accumulation, precision, learning a copy task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import BOS, EOS, PAD, tiny_model
+
+from transformer import training
+from transformer.config import TrainConfig
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+
+def make_batch(sequences: list[list[int]], targets: list[list[int]]) -> Batch:
+    S, T = max(map(len, sequences)) + 1, max(map(len, targets)) + 1
+    src = torch.full((len(sequences), S), PAD)
+    tgt_in = torch.full((len(targets), T), PAD)
+    tgt_out = torch.full((len(targets), T), PAD)
+    for i, (s, t) in enumerate(zip(sequences, targets)):
+        src[i, : len(s) + 1] = torch.tensor(s + [EOS])
+        tgt_in[i, : len(t) + 1] = torch.tensor([BOS] + t)
+        tgt_out[i, : len(t) + 1] = torch.tensor(t + [EOS])
+    return Batch(src, tgt_in, tgt_out)
+
+
+def random_task(n: int, seed: int, reverse: bool = False, batch_size: int = 8) -> list[Batch]:
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        seqs = [torch.randint(4, 23, (int(torch.randint(3, 8, (1,), generator=g)),), generator=g).tolist()
+                for _ in range(batch_size)]  # fmt: skip
+        batches.append(make_batch(seqs, [s[::-1] if reverse else s for s in seqs]))
+    return batches
+
+
+@pytest.mark.parametrize("step, expected", [(1, 1.747e-7), (4000, 6.988e-4), (8000, 4.941e-4), (100000, 1.398e-4)])
+def test_noam_schedule_matches_seed_values(step, expected):
+    assert training.noam_lr(step, d_model=512, warmup_steps=4000) == pytest.approx(expected, rel=1e-3)
+
+
+def test_inverse_sqrt_schedule():
+    lr = lambda s: training.inverse_sqrt_lr(s, peak_lr=1e-3, warmup_steps=100)
+    assert lr(50) == pytest.approx(5e-4) and lr(100) == pytest.approx(1e-3) and lr(400) == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_label_smoothed_loss_equals_pytorch(epsilon):
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = PAD
+    loss, nll = training.label_smoothed_loss(logits, target, epsilon=epsilon, pad_id=PAD)
+    flat = dict(input=logits.flatten(0, 1), target=target.flatten(), ignore_index=PAD, reduction="sum")
+    torch.testing.assert_close(loss, F.cross_entropy(**flat, label_smoothing=epsilon))
+    torch.testing.assert_close(nll, F.cross_entropy(**flat))
+
+
+def test_label_smoothing_target_distribution():
+    """The loss's minimiser is 1 - eps + eps/V on the reference and eps/V elsewhere."""
+    V, eps = 5, 0.1
+    best = torch.full((V,), eps / V)
+    best[2] += 1 - eps
+    logits = best.log().view(1, 1, V).requires_grad_()
+    loss, _ = training.label_smoothed_loss(logits, torch.tensor([[2]]), epsilon=eps, pad_id=PAD)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert grad.abs().max() < 1e-6
+
+
+def _update(model, batches, train, precision="fp32"):
+    optimizer = training.make_optimizer(model, train)
+    return training.train_update(
+        model, batches, optimizer, lr=1e-3, train=train, precision=precision, scaler=None, pad_id=PAD
+    ), optimizer
+
+
+def test_accumulation_equals_one_big_batch():
+    """Two micro-batches give the same gradient (and update) as one batch holding both."""
+    a, b = random_task(2, seed=3)
+    together = make_batch(
+        [s[s != PAD][:-1].tolist() for s in torch.cat([_pad_to(a.src, 9), _pad_to(b.src, 9)])],
+        [t[t != PAD][:-1].tolist() for t in torch.cat([_pad_to(a.tgt_out, 9), _pad_to(b.tgt_out, 9)])],
+    )
+    train = TrainConfig(label_smoothing=0.1)
+    m1, m2 = tiny_model(), tiny_model()
+    s1, _ = _update(m1, [a, b], train)
+    s2, _ = _update(m2, [together], train)
+    assert s1.tokens == s2.tokens and s1.loss == pytest.approx(s2.loss, rel=1e-5)
+    for (name, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
+        torch.testing.assert_close(p1, p2, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def _pad_to(x: torch.Tensor, length: int) -> torch.Tensor:
+    return F.pad(x, (0, length - x.size(1)), value=PAD)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_learns_reverse_task(precision):
+    """A tiny model learns to reverse short sequences to a low loss (bf16 autocast works on CPU too)."""
+    torch.manual_seed(0)
+    model = tiny_model(d_model=64, d_ff=128, n_heads=4, n_encoder_layers=2, n_decoder_layers=2).train()
+    train = TrainConfig(label_smoothing=0.0, lr_schedule="inverse_sqrt", lr=2e-3, warmup_steps=50)
+    optimizer = training.make_optimizer(model, train)
+    data = random_task(64, seed=1, reverse=True, batch_size=32)
+    for step in range(1, 301):
+        stats = training.train_update(
+            model, [data[step % 64]], optimizer, lr=training.learning_rate(step, train, None), train=train,
+            precision=precision, scaler=None, pad_id=PAD,
+        )  # fmt: skip
+    assert stats.nll < 0.15, stats
+
+
+def test_non_finite_loss_skips_the_update():
+    model = tiny_model()
+    before = [p.clone() for p in model.parameters()]
+    with torch.no_grad():
+        model.output_proj.weight[5, 0] = float("nan")
+    stats, _ = _update(model, random_task(1, seed=0), TrainConfig())
+    assert stats.skipped and not (stats.loss == stats.loss)
+    for p, q in zip(list(model.parameters())[1:], before[1:]):
+        torch.testing.assert_close(p, q)
+
+
+def test_gradient_clipping():
+    model = tiny_model()
+    stats, _ = _update(model, random_task(1, seed=0), TrainConfig(clip_norm=1e-3))
+    assert stats.grad_norm > 1e-3  # the norm is reported before clipping
+
+
+def test_micro_batch_count():
+    assert training.micro_batch_count(25000, 3000, 1) == 8
+    assert training.micro_batch_count(25000, 3000, 8) == 1
+    assert training.micro_batch_count(100, 3000, 1) == 1
