@@ -1,0 +1,124 @@
+"""Checkpoints: atomic writes survive a crash mid-write, loads are weights_only, averaging is the mean."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from transformer import checkpoint
+from transformer.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer.errors import UserError
+
+
+def _state(model, **extra):
+    return {"model": model.state_dict(), "config": {}, "vocab": {"src": 23, "tgt": 23}, **extra}
+
+
+def test_round_trip(tmp_path):
+    model = tiny_model()
+    save_checkpoint(_state(model, step=3, tokenizer={"src": b"abc", "tgt": None}), tmp_path / "c.pt")
+    state = load_checkpoint(tmp_path / "c.pt")
+    assert state["step"] == 3 and state["tokenizer"]["src"] == b"abc"
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(state["model"][k], v)
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left behind
+
+
+def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint_last.pt"
+    save_checkpoint(_state(tiny_model(), step=1), path)
+
+    def torn_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # the process is interrupted in the middle of the write
+
+    monkeypatch.setattr(checkpoint.torch, "save", torn_save)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(_state(tiny_model(), step=2), path)
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]
+
+
+def test_killed_writer_process_leaves_previous_checkpoint(tmp_path):
+    """A SIGKILL at a random moment of a (slow) write never tears the file that readers use."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "c.pt"
+    save_checkpoint({"model": {"w": torch.zeros(3)}, "config": {}, "step": 1}, path)
+    code = textwrap.dedent(f"""
+        import torch
+        from transformer.checkpoint import save_checkpoint
+        big = {{"model": {{"w": torch.ones(20_000_000)}}, "config": {{}}, "step": 2}}
+        print("writing", flush=True)
+        while True:
+            save_checkpoint(big, {str(path)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    import time
+
+    time.sleep(0.4)
+    proc.kill()
+    proc.wait()
+    assert load_checkpoint(path)["step"] in (1, 2)
+
+
+def test_loading_refuses_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"model": Evil(), "config": {}}, f)
+    with pytest.raises(UserError, match="is not a readable checkpoint"):
+        load_checkpoint(path)
+
+
+def test_missing_and_foreign_files(tmp_path):
+    with pytest.raises(UserError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "none.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="not a checkpoint written by this project"):
+        load_checkpoint(tmp_path / "other.pt")
+    (tmp_path / "text.pt").write_text("hello")
+    with pytest.raises(UserError, match="is not a readable checkpoint"):
+        load_checkpoint(tmp_path / "text.pt")
+
+
+def test_average_is_the_mean(tmp_path):
+    a, b = tiny_model(), tiny_model()
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(1.0)
+    save_checkpoint(_state(a), tmp_path / "a.pt")
+    save_checkpoint(_state(b), tmp_path / "b.pt")
+    averaged = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    for key, value in a.state_dict().items():
+        torch.testing.assert_close(averaged["model"][key], (value + b.state_dict()[key]) / 2)
+    assert "optimizer" not in averaged
+
+
+def test_average_refuses_mismatched_models(tmp_path):
+    save_checkpoint(_state(tiny_model()), tmp_path / "a.pt")
+    save_checkpoint(_state(tiny_model(n_decoder_layers=1)), tmp_path / "b.pt")
+    with pytest.raises(UserError, match="different model or vocabulary"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_average_cli(tmp_path, capsys):
+    from transformer.cli import average_main
+
+    for step in (1, 2, 3):
+        save_checkpoint(_state(tiny_model(), step=step), tmp_path / f"checkpoint_{step}.pt")
+    assert average_main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert load_checkpoint(tmp_path / "avg.pt")["averaged_from"][-1].endswith("checkpoint_3.pt")
+    assert average_main(["--dir", str(tmp_path / "empty"), "--output", str(tmp_path / "x.pt")]) == 2
+    assert "no numbered checkpoints" in capsys.readouterr().err
