@@ -1,0 +1,264 @@
+"""Search over the decoder: greedy decoding, batched beam search (paper section 6.1) and sampling.
+
+Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
+
+This module depends only on the model's decoding interface (see model.py): `encode`, `init_cache`,
+`decode_step`, `cache.reorder`, and the attributes `max_positions` and `pad_id`. The model knows nothing of search.
+
+Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
+- Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source
+  length in tokens (its EOS included), capped at `model.max_positions - 1`. The cap counts output tokens without
+  EOS; a hypothesis that reaches it without EOS is finalised as it is (truncated), and its `log_prob` has no EOS term.
+- Length penalty lp(Y) divides log P(Y): "gnmt" ((5+|Y|)/6)^alpha (Wu et al. 2016, the paper's), "fairseq"
+  |Y|^alpha, "none" 1. |Y| counts the EOS of a finished hypothesis (as fairseq and OpenNMT-py count), at least 1.
+- PAD and BOS are never generated; EOS is forbidden before `min_len` output tokens.
+- Beam search follows fairseq's scheme over N = B*K rows with the KV cache (the prefix is never recomputed):
+  scores start [0, -inf, ...] per sentence; each step takes the top 2K of the K x V candidates; an EOS candidate
+  among the first K ranks finishes (score = log P / lp); the best K non-EOS candidates stay alive, so K stay alive
+  while finished ones leave. A sentence is done when it has K finished hypotheses (fairseq's early stop; no bound
+  on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
+  hypotheses are finalised. Done sentences stay in the batch with -inf scores (fixed shapes).
+- Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
+- Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
+  model's own distribution (temperature 1). n samples per sentence come back sorted by score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from transformer.config import DecodeConfig
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One output sentence of the search."""
+
+    tokens: list[int]  # output ids, without BOS and EOS
+    score: float  # the search's score: log P / length penalty
+    log_prob: float  # sum of token log-probabilities, including EOS when finished
+
+
+def length_penalty(length, *, alpha: float, kind: str):
+    """lp(|Y|) for score = log P(Y) / lp: gnmt ((5+len)/6)^alpha, fairseq len^alpha, none 1.
+
+    `length` is an int (returns a float) or a tensor (returns a float tensor of the same shape).
+    """
+    if kind == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    if kind == "fairseq":
+        return length**alpha
+    if kind == "none":
+        return torch.ones_like(length, dtype=torch.float) if isinstance(length, torch.Tensor) else 1.0
+    raise ValueError(f"unknown length penalty {kind!r}: use gnmt, fairseq or none")
+
+
+_penalty = length_penalty  # beam_search's keyword argument `length_penalty` shadows the function
+
+
+def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> torch.Tensor:
+    """src_mask (B, 1, 1, S) bool -> (B,) long: floor(a * S + b) per sentence, capped at max_positions - 1."""
+    src_len = src_mask.flatten(1).sum(dim=1).double()  # (B,) real source lengths, EOS included
+    limit = (src_len * max_len_a + max_len_b + 1e-6).floor().long()  # (B,)
+    return limit.clamp(min=0, max=model.max_positions - 1)
+
+
+def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: int, min_len: int) -> torch.Tensor:
+    """(N, V) -> (N, V) with -inf at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
+    banned = [model.pad_id, bos_id] + ([eos_id] if step < min_len else [])
+    index = torch.tensor(banned, device=log_probs.device)
+    return log_probs.index_fill(1, index, NEG_INF)
+
+
+# ------------------------------------------------------------------------------------ greedy and sampling
+
+
+def _decode_rows(model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len):
+    """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length."""
+    B = src.size(0)
+    max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
+    cache = model.init_cache(model.encode(src, src_mask), src_mask)
+    tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    log_prob = torch.zeros(B, device=src.device)  # (B,)
+    lengths = torch.zeros(B, dtype=torch.long, device=src.device)  # (B,) output tokens without EOS
+    alive = max_lens > 0  # (B,)
+    for step in range(int(max_lens.max().item()) if B else 0):
+        if not alive.any():
+            break
+        step_log_probs = model.decode_step(tokens[:, -1:], cache)  # (B, V)
+        step_log_probs = _forbid(step_log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
+        next_tokens = choose(step_log_probs).masked_fill(~alive, model.pad_id)  # (B,)
+        picked = step_log_probs.gather(1, next_tokens[:, None]).squeeze(1)  # (B,)
+        log_prob += torch.where(alive, picked, torch.zeros_like(picked))
+        tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)  # (B, t+2)
+        ended = alive & (next_tokens == eos_id)  # (B,)
+        lengths += (alive & ~ended).long()
+        alive = alive & ~ended & (step + 1 < max_lens)
+    rows, lengths, log_prob = tokens[:, 1:].tolist(), lengths.tolist(), log_prob.tolist()
+    return [Hypothesis(row[:n], lp, lp) for row, n, lp in zip(rows, lengths, log_prob)]
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0
+) -> list[Hypothesis]:
+    """Argmax at every step. src (B, S) long, src_mask (B, 1, 1, S) bool -> B hypotheses, in input order."""
+    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
+    choose = lambda log_probs: log_probs.argmax(dim=-1)  # (B, V) -> (B,)
+    return _decode_rows(model, src, src_mask, choose, bos_id=bos_id, eos_id=eos_id, **lengths)
+
+
+def filter_logits(log_probs: torch.Tensor, *, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """(N, V) -> (N, V) logits: divided by the temperature, -inf outside the top k and outside the top-p mass."""
+    logits = log_probs / temperature  # (N, V)
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        probs = sorted_logits.softmax(dim=-1)  # (N, V)
+        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # (N, V); the most likely token is always kept
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # (N, V) back in vocabulary order
+        logits = logits.masked_fill(drop, NEG_INF)
+    return logits
+
+
+@torch.inference_mode()
+def sample(
+    model, src, src_mask, *, bos_id: int, eos_id: int, temperature: float = 1.0, top_k: int = 0,
+    top_p: float = 1.0, num_samples: int = 1, generator: torch.Generator | None = None,
+    max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Ancestral sampling (not in the paper). `generator` lives on src's device and makes it reproducible.
+
+    src (B, S) long, src_mask (B, 1, 1, S) bool -> B lists of `num_samples` hypotheses, best score first.
+    """
+    B = src.size(0)
+    index = torch.arange(B, device=src.device).repeat_interleave(num_samples)  # (B*n,)
+
+    def choose(log_probs: torch.Tensor) -> torch.Tensor:  # (B*n, V) -> (B*n,)
+        logits = filter_logits(log_probs, temperature=temperature, top_k=top_k, top_p=top_p)
+        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
+    hyps = _decode_rows(model, src[index], src_mask[index], choose, bos_id=bos_id, eos_id=eos_id, **lengths)
+    groups = [hyps[b * num_samples : (b + 1) * num_samples] for b in range(B)]
+    return [sorted(group, key=lambda h: h.score, reverse=True) for group in groups]
+
+
+# ---------------------------------------------------------------------------------------------- beam search
+
+
+@dataclass
+class _BeamState:
+    tokens: torch.Tensor  # (N, t+1) long, BOS first: the alive hypotheses, sentence b in rows b*K .. b*K+K-1
+    scores: torch.Tensor  # (B, K) float, log P of each alive hypothesis; -inf for empty slots and done sentences
+    finished: list[list[Hypothesis]]  # per sentence
+    done: torch.Tensor  # (B,) bool
+    score_fn: Callable[[float, int], float]  # (log P, length) -> log P / lp(length)
+
+
+def _finish(state: _BeamState, sentence: list[int], rows: list[int], log_probs: list[float], eos: bool) -> None:
+    """Move hypotheses (rows of state.tokens, plus EOS when `eos`) to their sentences' finished lists."""
+    if not rows:
+        return
+    histories = state.tokens[torch.tensor(rows, device=state.tokens.device), 1:].tolist()
+    for b, tokens, log_prob in zip(sentence, histories, log_probs):
+        length = len(tokens) + int(eos)
+        state.finished[b].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
+
+
+def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (N,)."""
+    B, K = state.scores.shape
+    V = log_probs.size(-1)
+    candidates = (state.scores.view(B * K, 1) + log_probs).view(B, K * V)  # (B, K*V)
+    top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=1)  # (B, 2K)
+    beams, words = top_index // V, top_index % V  # (B, 2K)
+    is_eos = words == eos_id  # (B, 2K)
+    rank = torch.arange(top_scores.size(1), device=top_scores.device)  # (2K,)
+    finishing = is_eos & (rank < K) & top_scores.isfinite() & ~state.done[:, None]  # (B, 2K)
+    hits = finishing.nonzero().tolist()
+    if hits:
+        top_list, beam_list = top_scores.tolist(), beams.tolist()
+        rows = [b * K + beam_list[b][j] for b, j in hits]
+        _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
+        counts = torch.tensor([len(f) for f in state.finished], device=state.done.device)  # (B,)
+        state.done |= counts >= K
+    alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(K, dim=1)  # (B, K)
+    offsets = torch.arange(B, device=beams.device)[:, None] * K  # (B, 1)
+    rows = (beams.gather(1, keep) + offsets).view(-1)  # (N,)
+    state.tokens = torch.cat([state.tokens[rows], words.gather(1, keep).view(-1, 1)], dim=1)  # (N, t+2)
+    state.scores = alive_scores.masked_fill(state.done[:, None], NEG_INF)  # (B, K)
+    return rows
+
+
+def _finalise_at_max_length(state: _BeamState, length: int, max_lens: torch.Tensor) -> None:
+    """Sentences whose maximum length is `length`: their alive hypotheses become finished, without EOS."""
+    ending = (max_lens == length) & ~state.done  # (B,)
+    if not ending.any():
+        return
+    K = state.scores.size(1)
+    slots = (ending[:, None] & state.scores.isfinite()).nonzero().tolist()  # [(b, k)]
+    scores = state.scores.tolist()
+    _finish(state, [b for b, _ in slots], [b * K + k for b, k in slots], [scores[b][k] for b, k in slots], eos=False)
+    state.done |= ending
+    state.scores = state.scores.masked_fill(ending[:, None], NEG_INF)
+
+
+@torch.inference_mode()
+def beam_search(
+    model, src, src_mask, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0, nbest: int = 1,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Batched beam search with the KV cache (see the module docstring for the exact rules).
+
+    src (B, S) long, src_mask (B, 1, 1, S) bool -> B lists of up to `nbest` hypotheses, best score first.
+    """
+    B, K = src.size(0), beam_size
+    device = src.device
+    max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
+    cache = model.init_cache(model.encode(src, src_mask), src_mask)
+    cache.reorder(torch.arange(B, device=device).repeat_interleave(K))  # N rows: each sentence K times
+    scores = torch.full((B, K), NEG_INF, device=device)  # (B, K)
+    scores[:, 0] = 0.0  # one live hypothesis per sentence, so the K copies do not fill the beam with duplicates
+    state = _BeamState(
+        tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),
+        scores=scores,
+        finished=[[] for _ in range(B)],
+        done=torch.zeros(B, dtype=torch.bool, device=device),
+        score_fn=lambda log_prob, length: log_prob / _penalty(length, alpha=alpha, kind=length_penalty),
+    )
+    _finalise_at_max_length(state, 0, max_lens)
+    for step in range(int(max_lens.max().item()) if B else 0):
+        if state.done.all():
+            break
+        log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
+        log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
+        cache.reorder(_beam_step(state, log_probs, eos_id))
+        _finalise_at_max_length(state, step + 1, max_lens)
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]
+
+
+def generate(
+    model, src, src_mask, decode: DecodeConfig, *, bos_id: int, eos_id: int, generator: torch.Generator | None = None
+) -> list[list[Hypothesis]]:
+    """Dispatch on the config: sampling, greedy (beam_size 1) or beam search. -> B lists, best first."""
+    lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len)
+    ids = dict(bos_id=bos_id, eos_id=eos_id)
+    if decode.sampling:
+        return sample(
+            model, src, src_mask, temperature=decode.temperature, top_k=decode.top_k, top_p=decode.top_p,
+            num_samples=decode.nbest, generator=generator, **ids, **lengths,
+        )  # fmt: skip
+    if decode.beam_size == 1:
+        return [[hyp] for hyp in greedy_decode(model, src, src_mask, **ids, **lengths)]
+    return beam_search(
+        model, src, src_mask, beam_size=decode.beam_size, alpha=decode.alpha, length_penalty=decode.length_penalty,
+        nbest=decode.nbest, **ids, **lengths,
+    )  # fmt: skip
