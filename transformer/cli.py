@@ -41,6 +41,34 @@ def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None
 
 
 @_user_errors_exit_2
+def prepare_main(argv: list[str] | None = None) -> int:
+    """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
+    parser = argparse.ArgumentParser(
+        prog="transformer-prepare",
+        description="Train the SentencePiece vocabulary on data.train and encode every configured split into the "
+        "cache (data.cache_dir); training then reuses it.",
+    )
+    _config_args(parser)
+    args = parser.parse_args(argv)
+    from transformer.config import load_config
+    from transformer.data import prepare_data
+
+    config = load_config(args.config, args.overrides)
+    prepared = prepare_data(config)
+    tok = prepared.tokenizer
+    vocab = f"{tok.src_vocab_size} joint" if tok.joint else f"{tok.src_vocab_size} source / {tok.tgt_vocab_size} target"
+    print(f"vocabulary: {vocab} SentencePiece {config.data.spm_model_type} pieces")
+    for name, split in prepared.splits.items():
+        dropped = "; dropped " + ", ".join(f"{n} ({why})" for why, n in split.dropped.items()) if split.dropped else ""
+        print(
+            f"{name}: {len(split)} pairs, {int(split.src_lengths.sum())} source and "
+            f"{int(split.tgt_lengths.sum())} target tokens (incl. EOS){dropped}"
+        )
+    print(f"cache: {config.data.cache_dir} ({', '.join(f'{k} {v}' for k, v in prepared.cache_paths.items())})")
+    return 0
+
+
+@_user_errors_exit_2
 def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
     parser = argparse.ArgumentParser(prog="transformer-train", description="Train a Transformer translation model.")

@@ -1,0 +1,227 @@
+"""Reading parallel corpora: plain parallel files, TSV files and `datasets` sources, all to the same raw pairs.
+
+One split of `data:` in the config (a `SplitConfig`) is one of
+
+    {src: train.en, tgt: train.de}                     two plain files, one sentence per line, line-aligned
+    {tsv: train.tsv.xz, tsv_columns: [1, 2]}           tab-separated (plain, .gz or .xz), source then target column
+    {dataset: wmt14, config: de-en, split: train}      a Hugging Face `datasets` source with a `translation` column:
+    {dataset: json, data_files: x.jsonl, split: train}   a hub name, a local builder with `data_files`,
+    {dataset: path/to/saved, from_disk: true}            or a directory written by `save_to_disk`
+
+and `load_pairs` turns any of them into two equally long lists of strings. Text files are read here directly
+(one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
+quoting in TSV), so that errors can name the file and the line; every source then goes through the same
+`datasets.Dataset.map` encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import logging
+import lzma
+import os
+from pathlib import Path
+from typing import Any
+
+from transformer.config import DataConfig, SplitConfig
+from transformer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def _open_binary(path: Path):
+    """A binary file object, decompressing .gz and .xz transparently."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+def _check_file(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        where = f" (looked in {Path.cwd()})" if not path.is_absolute() else ""
+        raise UserError(f"{what} not found: {path}{where}; paths in the config are relative to the current directory")
+    return path
+
+
+def _decode(raw: bytes, path: Path, first_line: int = 1) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + raw.count(b"\n", 0, exc.start)
+        raise UserError(f"{path} line {line} is not valid UTF-8 ({exc.reason}); convert the file to UTF-8") from None
+
+
+def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
+    """The lines of a UTF-8 text file (plain, .gz or .xz), stripped; only the first `limit` lines when given."""
+    path = _check_file(path, "data file")
+    try:
+        with _open_binary(path) as f:
+            if limit is None:
+                raw = f.read()
+                if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
+                    raw = raw[3:]
+                text = _decode(raw, path)
+                lines = text.split("\n")
+                if lines and lines[-1] == "":  # the final newline ends the last line, it does not start a new one
+                    lines.pop()
+            else:
+                lines = [_decode(line, path, n) for n, line in enumerate(itertools.islice(f, limit), start=1)]
+                if lines and lines[0].startswith("\ufeff"):
+                    lines[0] = lines[0][1:]
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    return [line.strip() for line in lines]
+
+
+def _check_not_empty(src: list[str], tgt: list[str], name: str) -> None:
+    if not any(src) and not any(tgt):  # no lines, or only blank ones
+        raise UserError(f"{name} is empty: no sentence pairs to read")
+
+
+def _read_parallel(split: SplitConfig) -> tuple[list[str], list[str]]:
+    src = read_lines(split.src, split.max_examples)
+    tgt = read_lines(split.tgt, split.max_examples)
+    if len(src) != len(tgt):
+        raise UserError(
+            f"parallel files differ in length: {split.src} has {len(src)} lines, {split.tgt} has {len(tgt)}; "
+            "they must be line-aligned"
+        )
+    _check_not_empty(src, tgt, f"{split.src} / {split.tgt}")
+    return src, tgt
+
+
+def _read_tsv(split: SplitConfig) -> tuple[list[str], list[str]]:
+    lines = read_lines(split.tsv, split.max_examples)
+    _check_not_empty(lines, [], str(split.tsv))
+    src_col, tgt_col = split.tsv_columns
+    need = max(src_col, tgt_col) + 1
+    rows = [line.split("\t") for line in lines]
+    for number, row in enumerate(rows, start=1):
+        if len(row) < need:
+            raise UserError(
+                f"{split.tsv} line {number} has {len(row)} tab-separated column(s), but tsv_columns "
+                f"{list(split.tsv_columns)} needs {need}; check the file or data.<split>.tsv_columns"
+            )
+    return [row[src_col].strip() for row in rows], [row[tgt_col].strip() for row in rows]
+
+
+# ---------------------------------------------------------------------------------------------- `datasets`
+
+
+def _describe(split: SplitConfig) -> str:
+    parts = [split.dataset, split.config, f"split={split.split}"]
+    if split.data_files is not None:
+        parts.append(f"data_files={split.data_files}")
+    return "dataset " + " ".join(str(p) for p in parts if p)
+
+
+def _local_files(data_files: str | list[str] | None) -> list[Path]:
+    """The `data_files` entries that are plain local paths (not globs or URLs), for existence checks and hashing."""
+    files = [data_files] if isinstance(data_files, str) else list(data_files or [])
+    return [Path(f) for f in files if "://" not in f and not any(c in f for c in "*?[")]
+
+
+def open_dataset(split: SplitConfig) -> Any:
+    """The `datasets.Dataset` named by `split` (hub, local builder with data_files, or `load_from_disk`)."""
+    import datasets  # imported lazily: it is slow to import and only this kind of source needs it
+
+    for path in _local_files(split.data_files):
+        _check_file(path, "data file")
+    try:
+        if split.from_disk:
+            if not Path(split.dataset).is_dir():
+                raise UserError(f"saved dataset not found: {split.dataset} (a directory written by save_to_disk)")
+            ds = datasets.load_from_disk(split.dataset)
+            if isinstance(ds, datasets.DatasetDict):
+                if split.split not in ds:
+                    raise UserError(f"{split.dataset} has splits {sorted(ds)}, not '{split.split}'; set split:")
+                ds = ds[split.split]
+        elif split.data_files is not None:
+            ds = datasets.load_dataset(split.dataset, data_files=split.data_files, split=split.split)
+        else:
+            ds = datasets.load_dataset(split.dataset, split.config, split=split.split)
+    except UserError:
+        raise
+    except Exception as exc:  # hub, network and builder failures come in many types; all are the user's to fix
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(
+            f"could not load {_describe(split)} ({type(exc).__name__}: {first}); offline? download it elsewhere "
+            "and use local files: {tsv: ...}, {src: ..., tgt: ...}, {dataset: json, data_files: ...} "
+            "or {dataset: DIR, from_disk: true}"
+        ) from None
+    if isinstance(ds, datasets.DatasetDict):  # load_dataset without a split
+        raise UserError(f"{_describe(split)} returned several splits ({sorted(ds)}); set split:")
+    return ds
+
+
+def _translation_languages(ds: Any, where: str) -> list[str]:
+    if "translation" not in ds.column_names:
+        raise UserError(f"{where} has no 'translation' column (columns: {', '.join(ds.column_names)})")
+    feature = ds.features["translation"]
+    languages = getattr(feature, "languages", None)  # datasets.Translation
+    if languages is None and isinstance(feature, dict):  # a struct, e.g. read from JSON
+        languages = list(feature)
+    if languages is None:
+        raise UserError(f"{where}: the 'translation' column is not a mapping of language -> text ({feature})")
+    return list(languages)
+
+
+def _read_dataset(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[str]]:
+    ds = open_dataset(split)
+    where = _describe(split)
+    languages = _translation_languages(ds, where)
+    for lang in (data.src_lang, data.tgt_lang):
+        if lang not in languages:
+            raise UserError(
+                f"{where}: language '{lang}' is not in its translation column (it has {', '.join(languages)}); "
+                "set data.src_lang and data.tgt_lang to those keys"
+            )
+    if split.max_examples is not None:
+        ds = ds.select(range(min(split.max_examples, len(ds))))
+    if len(ds) == 0:
+        raise UserError(f"{where} is empty: no sentence pairs to read")
+    flat = ds.select_columns(["translation"]).flatten().with_format("arrow")  # arrow: 100x faster than rows
+    src = [(t or "").strip() for t in flat[f"translation.{data.src_lang}"].to_pylist()]
+    tgt = [(t or "").strip() for t in flat[f"translation.{data.tgt_lang}"].to_pylist()]
+    return src, tgt
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def load_pairs(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[str]]:
+    """Raw source and target sentences of one split, equally long, each stripped of surrounding whitespace.
+
+    Pairs are kept as they are (empty sides included); filtering happens in `transformer.data.prepare_data`.
+    """
+    if split.tsv:
+        src, tgt = _read_tsv(split)
+    elif split.src:
+        src, tgt = _read_parallel(split)
+    else:
+        src, tgt = _read_dataset(split, data)
+    log.debug("read %d pairs from %s", len(src), split.tsv or split.src or split.dataset)
+    return src, tgt
+
+
+def split_identity(split: SplitConfig) -> dict[str, Any]:
+    """What identifies a split's content for the cache key: its settings plus path, size and mtime of its files."""
+
+    def stat(path: str | Path) -> list[Any]:
+        path = Path(path)
+        if path.is_dir():
+            return [[str(p.relative_to(path)), *stat(p)[1:]] for p in sorted(path.rglob("*")) if p.is_file()]
+        info = os.stat(path) if path.exists() else None
+        return [str(path.resolve()), info and info.st_size, info and info.st_mtime_ns]
+
+    identity: dict[str, Any] = {k: v for k, v in vars(split).items()}
+    identity["tsv_columns"] = list(split.tsv_columns)
+    files = [f for f in (split.src, split.tgt, split.tsv) if f] + [str(p) for p in _local_files(split.data_files)]
+    if split.from_disk:
+        files.append(split.dataset)
+    identity["files"] = [stat(f) for f in files]
+    return identity

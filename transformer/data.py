@@ -1,0 +1,318 @@
+"""Prepared data: the SentencePiece vocabulary and every split encoded once into a memory-mapped cache.
+
+`prepare_data(config)` (what `transformer-prepare` runs, and what training calls) does, for each configured split:
+
+1. read the raw pairs (`transformer.corpus.load_pairs`: plain files, TSV or `datasets`);
+2. train SentencePiece on the training pairs (section 5.1: a shared source-target BPE vocabulary), cached in
+   `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the vocabulary settings;
+3. encode with `datasets.Dataset.map(batched=True, num_proc=data.num_proc)`;
+4. filter the training split only: drop pairs with an empty side, with a side longer than
+   `data.max_tokens_per_sentence` tokens, or whose length ratio exceeds `data.max_length_ratio`; lengths are the
+   model's sequence lengths, source pieces + EOS and target pieces + 1 (the length of tgt_in and tgt_out);
+5. store int32 token arrays + int64 offsets with `np.save` in `<cache_dir>/<split>-<hash>/`, keyed by the split's
+   identity (file path, size and mtime, or the `datasets` arguments), the settings that change its encoding and the
+   tokenizer bytes; later calls load them with `np.load(mmap_mode="r")` and encode nothing.
+
+Cache folders are written under a temporary name and renamed into place, so an interrupted run or several ranks
+preparing at once never leave a half-written folder behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from transformer.config import Config, DataConfig
+from transformer.corpus import load_pairs, split_identity
+from transformer.errors import UserError
+from transformer.tokenizer import Tokenizer
+
+__all__ = ["EncodedSplit", "PreparedData", "load_pairs", "prepare_data"]
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1  # bump when the cache layout or the encoding changes
+SPLITS = ("train", "valid", "test")
+_ARRAYS = ("src_tokens", "src_offsets", "tgt_tokens", "tgt_offsets")
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+@dataclass
+class EncodedSplit:
+    """One encoded split: every sequence back to back in a flat int32 array, found through int64 offsets."""
+
+    src_tokens: np.ndarray  # (total source tokens,) int32: source pieces + EOS of every pair, back to back
+    src_offsets: np.ndarray  # (n + 1,) int64: pair i's source is src_tokens[src_offsets[i]:src_offsets[i + 1]]
+    tgt_tokens: np.ndarray  # (total target pieces,) int32: target pieces (no BOS/EOS), back to back
+    tgt_offsets: np.ndarray  # (n + 1,) int64
+    src_text: list[str] | None = None  # raw text kept for valid/test (translation input); None for train
+    tgt_text: list[str] | None = None  # raw references kept for valid/test (BLEU); None for train
+    dropped: dict[str, int] = field(default_factory=dict)  # training pairs filtered out, by reason
+    src_lengths: np.ndarray = field(init=False)  # (n,) int32, tokens incl. the EOS
+    tgt_lengths: np.ndarray = field(init=False)  # (n,) int32, target pieces + 1 (length of tgt_in and tgt_out)
+
+    def __post_init__(self) -> None:
+        self.src_lengths = np.diff(self.src_offsets).astype(np.int32)
+        self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32) + 1
+
+    @classmethod
+    def from_lists(
+        cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], src_text=None, tgt_text=None
+    ) -> EncodedSplit:
+        """From Python lists: `src` rows end with EOS (as `encode_src` gives), `tgt` rows are pieces only."""
+        if len(src) != len(tgt):
+            raise ValueError(f"src has {len(src)} rows but tgt has {len(tgt)}")
+        flat = [np.fromiter((t for row in rows for t in row), dtype=np.int32) for rows in (src, tgt)]
+        lengths = [np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)) for rows in (src, tgt)]
+        return cls(flat[0], _offsets(lengths[0]), flat[1], _offsets(lengths[1]), src_text, tgt_text)
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    def __repr__(self) -> str:
+        text = "kept" if self.src_text is not None else "none"
+        return (
+            f"EncodedSplit(pairs={len(self)}, src_tokens={int(self.src_lengths.sum())}, "
+            f"tgt_tokens={int(self.tgt_lengths.sum())}, text={text}, dropped={self.dropped})"
+        )
+
+    def src(self, i: int) -> np.ndarray:
+        """(S_i,) int32 source ids of pair i, ending with EOS."""
+        return self.src_tokens[self.src_offsets[i] : self.src_offsets[i + 1]]
+
+    def tgt(self, i: int) -> np.ndarray:
+        """(T_i - 1,) int32 target pieces of pair i, without BOS/EOS."""
+        return self.tgt_tokens[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
+
+    def select(self, keep: np.ndarray) -> EncodedSplit:
+        """The pairs where the boolean mask `keep` (n,) is True, in order (vectorised gather, no Python loop)."""
+        arrays = []
+        for tokens, offsets in ((self.src_tokens, self.src_offsets), (self.tgt_tokens, self.tgt_offsets)):
+            lengths = np.diff(offsets)
+            arrays += [tokens[np.repeat(keep, lengths)], _offsets(lengths[keep])]
+        texts = [None if t is None else [s for s, k in zip(t, keep) if k] for t in (self.src_text, self.tgt_text)]
+        return EncodedSplit(*arrays, *texts, dropped=dict(self.dropped))
+
+
+@dataclass
+class PreparedData:
+    tokenizer: Tokenizer
+    splits: dict[str, EncodedSplit]  # keys among "train", "valid", "test" (those configured)
+    cache_paths: dict[str, str] = field(default_factory=dict)  # "tokenizer" and each split -> its cache folder
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def _encode_batch(batch: dict[str, list[str]], tokenizer: Tokenizer) -> dict[str, list[list[int]]]:
+    return {"src_ids": tokenizer.encode_src(batch["src"]), "tgt_ids": tokenizer.encode_tgt(batch["tgt"])}
+
+
+def _flatten(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An arrow list column -> (flat int32 tokens, int64 offsets), chunk by chunk (no 2^31 offset limit)."""
+    import pyarrow.compute as pc
+
+    chunks = [c for c in column.chunks if len(c)]
+    tokens = [c.flatten().to_numpy(zero_copy_only=False) for c in chunks]
+    lengths = [pc.list_value_length(c).to_numpy(zero_copy_only=False) for c in chunks]
+    flat = np.concatenate(tokens).astype(np.int32) if tokens else np.zeros(0, np.int32)
+    return flat, _offsets(np.concatenate(lengths) if lengths else np.zeros(0, np.int64))
+
+
+def _encode(
+    src: list[str], tgt: list[str], tokenizer: Tokenizer, *, num_proc: int, name: str, fingerprint: str, progress: bool
+) -> EncodedSplit:
+    """Encode raw pairs with `datasets.Dataset.map` (batched, `num_proc` processes, tqdm progress)."""
+    import datasets
+    from datasets.utils import logging as ds_logging
+
+    ids = datasets.Value("int32")
+    int_list = datasets.List(ids) if hasattr(datasets, "List") else datasets.Sequence(ids)
+    features = datasets.Features({"src_ids": int_list, "tgt_ids": int_list})
+    procs = min(num_proc, max(1, len(src) // 10_000))  # a process per 10k pairs at least: small splits stay in one
+    bars_were_on = ds_logging.is_progress_bar_enabled()
+    if not progress:
+        ds_logging.disable_progress_bar()
+    try:
+        table = datasets.Dataset.from_dict({"src": src, "tgt": tgt}).map(
+            _encode_batch, batched=True, batch_size=10_000, num_proc=procs if procs > 1 else None,
+            fn_kwargs={"tokenizer": tokenizer}, remove_columns=["src", "tgt"], features=features,
+            new_fingerprint=fingerprint, desc=f"encoding {name}",
+        ).with_format("arrow")[:]  # fmt: skip
+    finally:
+        if bars_were_on and not progress:
+            ds_logging.enable_progress_bar()
+    return EncodedSplit(*_flatten(table.column("src_ids")), *_flatten(table.column("tgt_ids")))
+
+
+def filter_pairs(split: EncodedSplit, data: DataConfig) -> EncodedSplit:
+    """Drop training pairs with an empty side, a side over `max_tokens_per_sentence`, or a ratio over the limit.
+
+    Each dropped pair is counted once, under the first reason in that order; counts go to `dropped` and the log.
+    """
+    src_len, tgt_len = split.src_lengths.astype(np.int64), split.tgt_lengths.astype(np.int64)
+    empty = (src_len <= 1) | (tgt_len <= 1)  # no pieces besides the EOS
+    too_long = ~empty & ((src_len > data.max_tokens_per_sentence) | (tgt_len > data.max_tokens_per_sentence))
+    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+    bad_ratio = ~empty & ~too_long & (ratio > data.max_length_ratio) if data.max_length_ratio > 0 else empty & False
+    keep = ~(empty | too_long | bad_ratio)
+    dropped = {"empty": int(empty.sum()), "too_long": int(too_long.sum()), "length_ratio": int(bad_ratio.sum())}
+    log.info(
+        "train: kept %d of %d pairs; dropped %d with an empty side, %d longer than %d tokens, "
+        "%d with a length ratio above %g",
+        int(keep.sum()), len(keep), dropped["empty"], dropped["too_long"], data.max_tokens_per_sentence,
+        dropped["length_ratio"], data.max_length_ratio,
+    )  # fmt: skip
+    if not keep.any():
+        raise UserError(
+            f"no training pairs left after filtering ({dropped}); check the data, data.max_tokens_per_sentence "
+            "and data.max_length_ratio"
+        )
+    kept = split.select(keep)
+    kept.dropped = dropped
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+
+
+def _hash(*parts: Any) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def _write_atomically(folder: Path, write: Callable[[Path], None]) -> None:
+    """Run `write(tmp)` on a fresh temporary folder next to `folder`, then rename it into place."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the rest of the checkout
+        os.replace(tmp, folder)
+    except OSError:
+        if not folder.is_dir():  # another process finished the same folder first: keep theirs
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _save_split(folder: Path, split: EncodedSplit, meta: dict[str, Any]) -> None:
+    for name in _ARRAYS:
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(split, name)))
+    if split.src_text is not None:
+        (folder / "text.json").write_text(json.dumps({"src": split.src_text, "tgt": split.tgt_text}), "utf-8")
+    (folder / "meta.json").write_text(json.dumps({**meta, "dropped": split.dropped}, indent=1), "utf-8")
+
+
+def _load_split(folder: Path) -> EncodedSplit:
+    arrays = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in _ARRAYS]
+    meta = json.loads((folder / "meta.json").read_text("utf-8"))
+    text = folder / "text.json"
+    texts = json.loads(text.read_text("utf-8")) if text.is_file() else {"src": None, "tgt": None}
+    return EncodedSplit(*arrays, texts["src"], texts["tgt"], dropped=meta.get("dropped", {}))
+
+
+def _tokenizer_key(data: DataConfig, seed: int) -> str:
+    settings = {k: getattr(data, k) for k in ("src_lang", "tgt_lang", "vocab_size", "spm_model_type", "joint_vocab")}
+    settings.update(spm_input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage)
+    return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
+
+
+def _prepare_tokenizer(data: DataConfig, cache: Path, train_pairs: Callable[[], tuple[list[str], list[str]]]):
+    seed = 1  # the vocabulary does not depend on train.seed, so runs with different seeds share it
+    folder = cache / f"tokenizer-{_tokenizer_key(data, seed)}"
+    if (folder / "src.model").is_file():
+        log.info("tokenizer: cached in %s", folder)
+        tgt = folder / "tgt.model"
+        return Tokenizer((folder / "src.model").read_bytes(), tgt.read_bytes() if tgt.is_file() else None), folder
+    src, tgt = train_pairs()
+    log.info("tokenizer: training SentencePiece (no progress bar; large corpora take minutes)")
+    tokenizer = Tokenizer.train(
+        src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
+        input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage, seed=seed,
+    )  # fmt: skip
+
+    def write(tmp: Path) -> None:
+        blobs = tokenizer.to_bytes()
+        (tmp / "src.model").write_bytes(blobs["src"])
+        if blobs["tgt"] is not None:
+            (tmp / "tgt.model").write_bytes(blobs["tgt"])
+
+    _write_atomically(folder, write)
+    log.info("tokenizer: %r saved in %s", tokenizer, folder)
+    return tokenizer, folder
+
+
+def _prepare_split(name: str, data: DataConfig, tokenizer: Tokenizer, cache: Path, read: Callable, progress: bool):
+    split_config = getattr(data, name)
+    settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
+    if name == "train":
+        settings.update(max_tokens_per_sentence=data.max_tokens_per_sentence, max_length_ratio=data.max_length_ratio)
+    blobs = tokenizer.to_bytes()
+    key = _hash(CACHE_VERSION, split_identity(split_config), settings, blobs["src"], blobs["tgt"] or b"")
+    folder = cache / f"{name}-{key}"
+    if (folder / "meta.json").is_file():
+        log.info("%s: cached encoding in %s", name, folder)
+        return _load_split(folder), folder
+    src, tgt = read(name)
+    encoded = _encode(src, tgt, tokenizer, num_proc=data.num_proc, name=name, fingerprint=key, progress=progress)
+    if name == "train":
+        encoded = filter_pairs(encoded, data)
+    else:
+        encoded.src_text, encoded.tgt_text = src, tgt
+    meta = {"pairs_read": len(src), "pairs": len(encoded), "tokenizer": repr(tokenizer)}
+    _write_atomically(folder, lambda tmp: _save_split(tmp, encoded, meta))
+    log.info("%s: %d pairs encoded into %s", name, len(encoded), folder)
+    return _load_split(folder), folder
+
+
+def prepare_data(
+    config: Config, splits: Sequence[str] = SPLITS, progress: bool = True, tokenizer: Tokenizer | None = None
+) -> PreparedData:
+    """The tokenizer and the encoded `splits` that are configured under `data:`, from the cache when possible.
+
+    tokenizer: use this one (e.g. a checkpoint's) instead of training or loading the cached SentencePiece model;
+    then `data.train` need not be configured.
+    """
+    data = config.data
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise ValueError(f"unknown split(s) {unknown}; choose among {SPLITS}")
+    cache = Path(data.cache_dir)
+    paths: dict[str, str] = {}
+    pairs: dict[str, tuple[list[str], list[str]]] = {}
+
+    def read(name: str) -> tuple[list[str], list[str]]:  # each split is read at most once
+        if name not in pairs:
+            split = getattr(data, name)
+            log.info("%s: reading %s", name, split.tsv or split.src or split.dataset)
+            pairs[name] = load_pairs(split, data)
+        return pairs[name]
+
+    if tokenizer is None:
+        if data.train is None:
+            raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
+        tokenizer, folder = _prepare_tokenizer(data, cache, lambda: read("train"))
+        paths["tokenizer"] = str(folder)
+    encoded: dict[str, EncodedSplit] = {}
+    for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
+        encoded[name], folder = _prepare_split(name, data, tokenizer, cache, read, progress)
+        paths[name] = str(folder)
+    return PreparedData(tokenizer=tokenizer, splits=encoded, cache_paths=paths)
