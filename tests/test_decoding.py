@@ -28,6 +28,15 @@ A, B_, C = 4, 5, 6  # scripted tokens (B_ so as not to shadow the batch size)
 IDS = dict(bos_id=BOS, eos_id=EOS)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: intra-op threads only add waiting on a busy shared machine (seconds instead of milliseconds)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @dataclass
 class ScriptedCache:
     sources: list[tuple[int, ...]]
@@ -133,8 +142,10 @@ def test_seed_greedy_example_j():
 
 
 # greedy picks A then EOS (P .2); beam 2 finds B EOS (P .36)
-GARDEN = table_model({(): {A: 0.5, B_: 0.4, EOS: 0.1}, (A,): {EOS: 0.4, A: 0.3, B_: 0.3}, (B_,): {EOS: 0.9, A: 0.05, B_: 0.05}},
-                     default={EOS: 1.0})  # fmt: skip
+GARDEN = table_model(
+    {(): {A: 0.5, B_: 0.4, EOS: 0.1}, (A,): {EOS: 0.4, A: 0.3, B_: 0.3}, (B_,): {EOS: 0.9, A: 0.05, B_: 0.05}},
+    default={EOS: 1.0},
+)
 # stopping now (P .3) against one more token (P .7 * .4 = .28); after A A: EOS .8
 SHORT_LONG = table_model({(): {EOS: 0.3, A: 0.7}, (A,): {EOS: 0.4, A: 0.6}}, default={EOS: 0.8, A: 0.2})
 

@@ -110,3 +110,88 @@ def average_main(argv: list[str] | None = None) -> int:
     save_checkpoint(average_checkpoints(inputs), args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}")
     return 0
+
+
+def _decoding_args(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint, config overrides, decoding flags and device: shared by translate and evaluate."""
+    parser.add_argument("--checkpoint", help="checkpoint file (config and SentencePiece model inside)")
+    _config_args(parser, required=False)
+    parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
+    parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
+    parser.add_argument("--length-penalty", choices=["gnmt", "fairseq", "none"], help="gnmt ((5+len)/6)^alpha: paper")
+    parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
+    parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
+    parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
+    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
+                        help="autocast dtype on CUDA (auto: bf16 where supported); CPU runs fp32")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+@_user_errors_exit_2
+def translate_main(argv: list[str] | None = None) -> int:
+    """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
+    parser = argparse.ArgumentParser(
+        prog="transformer-translate",
+        description="Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line.",
+    )
+    parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
+    _decoding_args(parser)
+    parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
+    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
+    parser.add_argument("--output", help="output file (default: stdout)")
+    parser.add_argument("--chunk-lines", type=int, default=1000, help="lines read (and sorted) at a time from a pipe")
+    args = parser.parse_args(argv)
+    if not args.checkpoint:
+        parser.error("--checkpoint is required")
+    from transformer.inference import run_translate
+
+    return run_translate(args)
+
+
+@_user_errors_exit_2
+def evaluate_main(argv: list[str] | None = None) -> int:
+    """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
+    parser = argparse.ArgumentParser(
+        prog="transformer-evaluate",
+        description="Translate a test set and print sacreBLEU BLEU and chrF with their signatures "
+        "(default: the config's data.test split), or score existing output with --hyp F --ref F.",
+    )
+    _decoding_args(parser)
+    parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
+    parser.add_argument("--src", help="source file to translate (with --ref)")
+    parser.add_argument("--ref", help="reference file, line-aligned")
+    parser.add_argument("--test-set", help="a sacreBLEU test set, e.g. wmt14/full (downloaded; needs the internet)")
+    parser.add_argument("--langpair", help="with --test-set, e.g. en-de")
+    parser.add_argument("--hyp", help="score this existing output against --ref, without a model")
+    parser.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU")
+    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it)")
+    parser.add_argument("--json", help="also write the scores and what produced them to this JSON file")
+    args = parser.parse_args(argv)
+    from transformer.inference import run_evaluate
+
+    return run_evaluate(args)
+
+
+COMMANDS = {
+    "prepare": "prepare_main",
+    "train": "train_main",
+    "translate": "translate_main",
+    "evaluate": "evaluate_main",
+    "average": "average_main",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m transformer.cli COMMAND ...`, the same as `transformer-COMMAND ...` (handy under torchrun)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m transformer.cli {{{','.join(COMMANDS)}}} [options]", file=sys.stderr)
+        return 2
+    return globals()[COMMANDS[argv[0]]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

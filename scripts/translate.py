@@ -1,0 +1,8 @@
+"""Shim for `transformer-translate` (see transformer/cli.py): python scripts/translate.py --help"""
+
+import sys
+
+from transformer.cli import translate_main
+
+if __name__ == "__main__":
+    sys.exit(translate_main())

@@ -1,0 +1,100 @@
+"""Translator: one result per line in order (empty, whitespace-only and over-long lines), batching, streaming."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import tiny_checkpoint
+import torch
+
+from transformer.checkpoint import load_for_inference
+from transformer.errors import UserError
+from transformer.translator import Translator, inference_dtype, pick_device
+
+LONG = " ".join(["cat dog house"] * 20)  # far more than MAX_POSITIONS source tokens
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: intra-op threads only add waiting on a busy shared machine (seconds instead of milliseconds)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    paths = tiny_checkpoint.build(tmp_path_factory.mktemp("tiny"))
+    model, tokenizer, config = load_for_inference(paths["checkpoint"])
+    return model, tokenizer, config, paths["src"].read_text(encoding="utf-8").splitlines()
+
+
+def test_one_result_per_line_in_order(loaded, caplog):
+    model, tokenizer, config, lines = loaded
+    inputs = [lines[0], "", "   \t ", lines[1], LONG, lines[2]]
+    alone = [Translator(model, tokenizer, config.decode).translate_texts([line])[0] for line in inputs]
+    small_batches = config.replace("decode", max_tokens=10).decode  # several length-sorted batches per chunk
+    with caplog.at_level(logging.WARNING):
+        results = list(Translator(model, tokenizer, small_batches).translate(inputs, chunk_lines=4))
+    assert [r[0].text for r in results] == alone
+    assert results[1][0].text == results[2][0].text == "" and results[1][0].score == 0.0
+    assert all(r[0].text for i, r in enumerate(results) if i not in (1, 2)), "real lines get real output"
+    assert "line 5: " in caplog.text and "truncated to 24" in caplog.text
+
+
+def test_truncated_line_keeps_eos_last(loaded):
+    model, tokenizer, config, _ = loaded
+    translator = Translator(model, tokenizer, config.decode)
+    ids = translator._truncate(tokenizer.encode_src([LONG])[0], 1)
+    assert len(ids) == model.max_positions and ids[-1] == 3
+
+
+def test_translate_streams(loaded):
+    """The first result arrives after reading one chunk, not the whole input."""
+    model, tokenizer, config, lines = loaded
+    consumed = []
+
+    def source():
+        for line in lines:
+            consumed.append(line)
+            yield line
+
+    results = Translator(model, tokenizer, config.decode).translate(source(), chunk_lines=3)
+    next(results)
+    assert len(consumed) == 3
+    assert len(list(results)) == len(lines) - 1
+
+
+def test_nbest_sorted(loaded):
+    model, tokenizer, config, lines = loaded
+    decode = config.replace("decode", beam_size=3, nbest=3).decode
+    for results in Translator(model, tokenizer, decode).translate(lines[:3]):
+        assert len(results) == 3
+        assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+
+
+def test_precision_and_device_choices():
+    cpu = torch.device("cpu")
+    assert inference_dtype("fp32", cpu) is None and inference_dtype("bf16", cpu) is None
+    with pytest.raises(UserError, match="fp16 inference needs a CUDA device"):
+        inference_dtype("fp16", cpu)
+    with pytest.raises(UserError, match="unknown precision"):
+        inference_dtype("int8", cpu)
+    assert pick_device("cpu") == cpu
+    if not torch.cuda.is_available():
+        assert pick_device(None) == cpu
+        with pytest.raises(UserError, match="CUDA is not available"):
+            pick_device("cuda")
+
+
+@pytest.mark.gpu
+def test_bf16_on_cuda_matches_fp32_mostly(loaded):
+    model, tokenizer, config, lines = loaded
+    try:
+        fp32 = Translator(model, tokenizer, config.decode, device="cuda").translate_texts(lines)
+        bf16 = Translator(model, tokenizer, config.decode, device="cuda", precision="bf16").translate_texts(lines)
+    finally:
+        model.cpu()
+    assert len(bf16) == len(fp32) and sum(a == b for a, b in zip(fp32, bf16)) >= len(lines) // 2

@@ -1,0 +1,255 @@
+"""The work of `transformer-translate` and `transformer-evaluate` (cli.py parses their arguments).
+
+Settings, lowest to highest precedence: the config stored in the checkpoint, then `--config F` (its sections
+replace the checkpoint's key by key; a split such as `data.test` is replaced whole), then `--set key=value`, then
+explicit flags (`--beam`, `--alpha`, ...). The `model` section always comes from the checkpoint: a config that
+changes it is refused. The tokenizer (SentencePiece models) is always the checkpoint's.
+
+translate: input lines from TEXT arguments, `--input FILE` (`-` = stdin) or stdin, streamed (a terminal gets each
+line's translation as it is entered, a pipe in chunks of `--chunk-lines`); exactly one output line per input line,
+or with `--nbest N` up to N lines `index ||| text ||| score` per input line (index counts input lines from 0; an
+empty input line gives one line with empty text and score 0).
+
+evaluate: translates a test set (the config's `data.test`, or `--split valid`, or `--src F --ref F`, or a sacreBLEU
+test set with `--test-set NAME --langpair xx-yy`), writes the hypotheses (default: next to the checkpoint,
+`<checkpoint without .pt>.<test set>.hyp`), and prints which checkpoint, test set and decoding settings produced
+the scores; `--json F` writes the same as JSON. `--hyp F --ref F` scores existing output without a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from transformer.config import Config, DecodeConfig, SplitConfig, _set_dotted, from_dict
+from transformer.errors import UserError
+
+DECODE_FLAGS = {"beam": "beam_size"} | {
+    name: name for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b")
+}  # command-line flag -> DecodeConfig field
+
+
+def resolve_config(stored: Config, args: argparse.Namespace) -> Config:
+    """The checkpoint's config, then --config, then --set, then the decoding flags present in `args`."""
+    tree = stored.to_dict()
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise UserError(f"config file not found: {path}")
+        try:
+            extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        if not isinstance(extra, dict):
+            raise UserError(f"{path} must hold a mapping of sections (model, data, train, decode)")
+        for section, values in extra.items():
+            tree[section] = {**tree.get(section, {}), **values} if isinstance(values, dict) else values
+    for override in getattr(args, "overrides", []):
+        _set_dotted(tree, override)
+    config = from_dict(tree)
+    if config.model != stored.model:
+        changed = [k for k, v in config.to_dict()["model"].items() if stored.to_dict()["model"][k] != v]
+        raise UserError(f"the model settings come from the checkpoint; cannot change model.{', model.'.join(changed)}")
+    flags = {field: getattr(args, flag, None) for flag, field in DECODE_FLAGS.items()}
+    flags = {field: value for field, value in flags.items() if value is not None}
+    if "beam_size" in flags and "nbest" not in flags:
+        flags["nbest"] = min(config.decode.nbest, flags["beam_size"])
+    return config.replace("decode", **flags) if flags else config
+
+
+def describe_decode(decode: DecodeConfig) -> str:
+    """One line naming every setting that changes the output."""
+    if decode.sampling:
+        search = f"sampling (temperature {decode.temperature}, top-k {decode.top_k}, top-p {decode.top_p})"
+    elif decode.beam_size == 1:
+        search = "greedy"
+    else:
+        search = f"beam {decode.beam_size}, length penalty {decode.length_penalty} alpha {decode.alpha}"
+    return (
+        f"{search}, max length {decode.max_len_a}*S+{decode.max_len_b}, min length {decode.min_len}, "
+        f"batches of {decode.max_tokens} source tokens"
+    )
+
+
+def _load(args: argparse.Namespace):
+    """(translator, config, device) from --checkpoint and the settings."""
+    import torch
+
+    from transformer.checkpoint import build_model, load_checkpoint
+    from transformer.translator import Translator, pick_device
+
+    device = pick_device(args.device)
+    if device.type != "cuda" and args.precision in ("bf16", "fp16"):
+        raise UserError(f"--precision {args.precision} needs a CUDA device; on CPU use fp32 (the default)")
+    state = load_checkpoint(args.checkpoint)
+    model, tokenizer, stored = build_model(state, device)
+    config = resolve_config(stored, args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return Translator(model, tokenizer, config.decode, device=device, precision=args.precision), config, device
+
+
+def _progress(total: int | None, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="line", file=sys.stderr, disable=quiet or not sys.stderr.isatty(), leave=False)
+
+
+# ------------------------------------------------------------------------------------------------- translate
+
+
+def _stream_lines(path: str) -> Iterator[str]:
+    """Lines of a UTF-8 file read lazily, newline removed; a bad file is a `UserError`."""
+    if not Path(path).is_file():
+        raise UserError(f"input file not found: {path}")
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            yield line.rstrip("\r\n")
+
+
+def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, bool]:
+    """(lines, total if known, interactive) from TEXT arguments, --input or stdin."""
+    if args.text and args.input:
+        raise UserError("give the text either as arguments or with --input, not both")
+    if args.text:
+        return iter(args.text), len(args.text), False
+    if args.input and args.input != "-":
+        lines = _stream_lines(args.input)  # checks the file now, not at the first read
+        with open(args.input, "rb") as f:
+            total = sum(1 for _ in f)
+        return lines, total, False
+    return (line.rstrip("\r\n") for line in sys.stdin), None, sys.stdin.isatty()
+
+
+def _open_output(path: str):
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    if args.input and args.input != "-" and not Path(args.input).is_file():
+        raise UserError(f"input file not found: {args.input}")
+    translator, config, _ = _load(args)
+    lines, total, interactive = _input_lines(args)
+    chunk = 1 if interactive else args.chunk_lines
+    nbest = args.nbest is not None and args.nbest > 1 or config.decode.nbest > 1
+    out = _open_output(args.output) if args.output else sys.stdout
+    try:
+        with _progress(total, args.quiet) as bar:
+            try:
+                for index, results in enumerate(translator.translate(lines, chunk_lines=chunk)):
+                    if nbest:
+                        out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
+                    else:
+                        out.write(results[0].text + "\n")
+                    out.flush()
+                    bar.update()
+            except UnicodeDecodeError as exc:
+                raise UserError(f"the input is not valid UTF-8 ({exc.reason}); convert it to UTF-8") from None
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------- evaluate
+
+
+def _describe_split(name: str, split: SplitConfig) -> str:
+    if split.tsv:
+        where = f"{split.tsv} (columns {split.tsv_columns[0]}, {split.tsv_columns[1]})"
+    elif split.src:
+        where = f"{split.src} / {split.tgt}"
+    else:
+        where = f"datasets {split.dataset}" + (f" {split.config}" if split.config else "") + f" split {split.split}"
+    return f"config data.{name}: {where}" + (f", first {split.max_examples}" if split.max_examples else "")
+
+
+def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list[str], str, str]:
+    """(sources, references, description, short name for the hypothesis file)."""
+    from transformer.corpus import load_pairs, read_lines
+    from transformer.evaluation import sacrebleu_test_set
+
+    if args.test_set:
+        if not args.langpair:
+            raise UserError("--test-set needs --langpair, e.g. --test-set wmt14/full --langpair en-de")
+        sources, references = sacrebleu_test_set(args.test_set, args.langpair)
+        name = f"{args.test_set.replace('/', '-')}.{args.langpair}"
+        return sources, references, f"sacreBLEU {args.test_set} {args.langpair}", name
+    if args.src or args.ref:
+        if not (args.src and args.ref):
+            raise UserError("--src and --ref go together (or use --hyp F --ref F to score existing output)")
+        sources, references = read_lines(args.src), read_lines(args.ref)
+        if len(sources) != len(references):
+            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        return sources, references, f"{args.src} -> {args.ref}", Path(args.src).name
+    split = getattr(config.data, args.split)
+    if split is None:
+        raise UserError(f"the config has no data.{args.split} split: pass --src F --ref F or --test-set NAME")
+    sources, references = load_pairs(split, config.data)
+    return sources, references, _describe_split(args.split, split), args.split
+
+
+def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None, **extra: Any) -> None:
+    """Print what was scored and the scores; `json_path` gets the same (and `extra`) as JSON."""
+    from transformer.evaluation import format_scores
+
+    width = max(len(k) for k in lines) + 1
+    print("\n".join(f"{key + ':':<{width}} {value}" for key, value in lines.items() if value is not None))
+    print(format_scores(scores))
+    if json_path:
+        record = {k.replace(" ", "_"): v for k, v in lines.items()} | extra | scores
+        Path(json_path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _score_files(args: argparse.Namespace) -> int:
+    from transformer.corpus import read_lines
+    from transformer.evaluation import corpus_scores
+
+    if args.checkpoint or args.src or args.test_set:
+        raise UserError("--hyp scores existing output against --ref; it takes no --checkpoint, --src or --test-set")
+    if not args.ref:
+        raise UserError("--hyp needs --ref, the reference file to score it against")
+    hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
+    if len(hypotheses) != len(references):
+        raise UserError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
+    _report({"hypotheses": args.hyp, "references": args.ref}, scores, args.json)
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from transformer.evaluation import corpus_scores
+
+    if args.hyp:
+        return _score_files(args)
+    if not args.checkpoint:
+        raise UserError("give --checkpoint CKPT to translate a test set, or --hyp F --ref F to score a file")
+    if not Path(args.checkpoint).is_file():
+        raise UserError(f"checkpoint not found: {args.checkpoint}")
+    translator, config, device = _load(args)
+    sources, references, description, name = _test_set(args, config)
+    checkpoint = Path(args.checkpoint)
+    output = Path(args.output) if args.output else checkpoint.parent / f"{checkpoint.stem}.{name}.hyp"
+    hypotheses = []
+    with _progress(len(sources), args.quiet) as bar:
+        for results in translator.translate(sources):
+            hypotheses.append(results[0].text)
+            bar.update()
+    with _open_output(str(output)) as f:
+        f.writelines(h + "\n" for h in hypotheses)
+    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
+    lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",
+             "decoding": describe_decode(config.decode), "device": f"{device} {args.precision}",
+             "hypotheses": str(output)}  # fmt: skip
+    _report(lines, scores, args.json, decode=config.to_dict()["decode"])
+    return 0

@@ -1,0 +1,140 @@
+"""Text in, text out: tokenize, batch by length, search (decoding.py), detokenize, in input order, streaming.
+
+Legend: B batch (sentences), S source length.
+
+Decisions:
+- One result per input line, always, in order: an empty or whitespace-only line gives one empty `Translation`
+  (score 0) without running the model; a line longer than `model.max_positions` source tokens is truncated to
+  that many (its EOS kept last) with a warning naming the line number, never dropped.
+- Lines are read lazily, `chunk_lines` at a time (1000 by default; 1 suits an interactive terminal), so a pipe
+  gets its output as it goes. Within a chunk, sentences are sorted by length into batches of at most
+  `decode.max_tokens` padded source tokens (`batching.build_batches`), and the results restored to input order.
+- Precision: bf16/fp16 run under `torch.autocast` on CUDA only; on CPU the model runs in fp32 ("auto" and "bf16"
+  fall back to it), and fp16 on CPU is an error. The decoder's log-probabilities are float32 either way.
+- Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from transformer.attention import make_pad_mask
+from transformer.batching import build_batches
+from transformer.config import DecodeConfig
+from transformer.decoding import generate
+from transformer.errors import UserError
+from transformer.tokenizer import BOS_ID, EOS_ID
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+
+
+@dataclass
+class Translation:
+    """One hypothesis for one input line."""
+
+    text: str  # detokenized output
+    score: float  # the search's score (log P / length penalty for beam search)
+    log_prob: float  # sum of token log-probabilities (EOS included when the hypothesis finished)
+    tokens: list[int]  # output ids without BOS and EOS
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """None or "auto": CUDA when present, else CPU; otherwise the named device, checked to exist."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name} requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `precision` on `device`, or None for plain fp32."""
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    if device.type != "cuda":
+        if precision == "fp16":
+            raise UserError("fp16 inference needs a CUDA device; on CPU use fp32 (the default)")
+        return None
+    if precision == "auto":
+        precision = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+class Translator:
+    """A model, its tokenizer and decoding settings: `translate(lines)` streams one result list per line."""
+
+    def __init__(
+        self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str = "fp32",
+        *, seed: int = 1,
+    ) -> None:  # fmt: skip
+        self.device = torch.device(device)
+        model = getattr(model, "module", model)  # DistributedDataParallel: decode with the wrapped module
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.decode = decode
+        self.dtype = inference_dtype(precision, self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
+
+    def translate(self, lines: Iterable[str], *, chunk_lines: int = 1000) -> Iterator[list[Translation]]:
+        """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line)."""
+        lines = iter(lines)
+        first = 1
+        while chunk := list(itertools.islice(lines, chunk_lines)):
+            yield from self._translate_chunk(chunk, first)
+            first += len(chunk)
+
+    def translate_texts(self, lines: Iterable[str]) -> list[str]:
+        """The best translation's text for each line."""
+        return [results[0].text for results in self.translate(lines)]
+
+    def _translate_chunk(self, chunk: list[str], first_line: int) -> list[list[Translation]]:
+        results = [[Translation(text="", score=0.0, log_prob=0.0, tokens=[])] for _ in chunk]
+        todo = [i for i, line in enumerate(chunk) if line.strip()]
+        if not todo:
+            return results
+        encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
+        encoded = [self._truncate(ids, first_line + i) for i, ids in zip(todo, encoded)]
+        lengths = [len(ids) for ids in encoded]
+        order, bounds = build_batches(lengths, lengths, max_tokens=self.decode.max_tokens, seed=0)
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            batch = order[start:end].tolist()
+            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch])):
+                results[todo[j]] = translations
+        return results
+
+    def _truncate(self, ids: list[int], line_number: int) -> list[int]:
+        limit = self.model.max_positions
+        if len(ids) <= limit:
+            return ids
+        log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
+        return ids[: limit - 1] + [EOS_ID]
+
+    def _translate_batch(self, sources: list[list[int]]) -> list[list[Translation]]:
+        """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s."""
+        B, S = len(sources), max(len(ids) for ids in sources)
+        src = torch.full((B, S), self.model.pad_id, dtype=torch.long)  # (B, S)
+        for b, ids in enumerate(sources):
+            src[b, : len(ids)] = torch.tensor(ids)
+        src = src.to(self.device)
+        src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
+        autocast = (
+            torch.autocast(device_type=self.device.type, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
+        )
+        with autocast:
+            hypotheses = generate(
+                self.model, src, src_mask, self.decode, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
+            )
+        texts = iter(self.tokenizer.decode_tgt([h.tokens for hyps in hypotheses for h in hyps]))
+        return [[Translation(next(texts), h.score, h.log_prob, h.tokens) for h in hyps] for hyps in hypotheses]
