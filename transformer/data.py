@@ -194,7 +194,8 @@ def filter_pairs(split: EncodedSplit, data: DataConfig) -> EncodedSplit:
 def _hash(*parts: Any) -> str:
     digest = hashlib.sha256()
     for part in parts:
-        digest.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode())
+        blob = part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode()
+        digest.update(len(blob).to_bytes(8, "little") + blob)  # length-prefixed: parts cannot run into each other
     return digest.hexdigest()[:16]
 
 
