@@ -7,6 +7,10 @@ import torch
 
 from transformer.model import Transformer
 
+# Tiny models run fastest on one thread, and two OpenMP pools spinning on a 2-core machine (pytest beside a
+# subprocess, or beside a training run) slow each other down a hundredfold.
+torch.set_num_threads(1)
+
 TINY = dict(
     src_vocab_size=23, tgt_vocab_size=23, pad_id=0, d_model=16, n_heads=2, d_ff=24,
     n_encoder_layers=2, n_decoder_layers=3, dropout=0.0, max_positions=64,
