@@ -1,0 +1,99 @@
+"""Attention against hand-computed vectors (SEED-NOTES section 3: A, B, C, I) and an explicit reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer.attention import MultiHeadAttention, make_causal_mask, make_pad_mask, reference_attention
+
+T = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+
+
+def both_paths(q, k, v, mask=None):
+    """The fused kernel the model uses, and the explicit formula."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), reference_attention(q, k, v, mask)
+
+
+def test_example_a_forward_and_backward():
+    q = T([[1, 0, 1], [0, 1, 1]]).requires_grad_()
+    k = T([[1, 1, 0], [1, 0, 1]]).requires_grad_()
+    v = T([[2, 0, 1], [1, 1, 0]]).requires_grad_()
+    weights = (q @ k.T / math.sqrt(3)).softmax(-1)
+    torch.testing.assert_close(weights, T([[0.3595, 0.6405], [0.5, 0.5]]), atol=1e-4, rtol=0)
+    for out in both_paths(q, k, v):
+        torch.testing.assert_close(out, T([[1.3595, 0.6405, 0.3595], [1.5, 0.5, 0.5]]), atol=1e-4, rtol=0)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=T([[1, 0, 1], [0, 1, 0]]))
+        torch.testing.assert_close(dv, T([[0.3595, 0.5, 0.3595], [0.6405, 0.5, 0.6405]]), atol=1e-4, rtol=0)
+        torch.testing.assert_close(dq, T([[0, 0.2659, -0.2659], [0, -0.1443, 0.1443]]), atol=1e-4, rtol=0)
+        torch.testing.assert_close(dk, T([[0.2659, -0.1443, 0.1216], [-0.2659, 0.1443, -0.1216]]), atol=1e-4, rtol=0)
+
+
+def test_example_b_single_query():
+    q, k, v = T([[1, 0, 1]]), T([[1, 1, 0], [0, 1, 1], [1, 0, 1]]), T([[1, 2], [3, 4], [5, 6]])
+    torch.testing.assert_close((q @ k.T / math.sqrt(3)).softmax(-1), T([[0.2645, 0.2645, 0.4711]]), atol=1e-4, rtol=0)
+    for out in both_paths(q, k, v):
+        torch.testing.assert_close(out, T([[3.4132, 4.4132]]), atol=1e-4, rtol=0)
+
+
+def test_example_c_projections():
+    x = T([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]])
+    wq, wk = T([[1, 0], [0, 1], [1, 0], [0, 1]]), T([[0, 1], [1, 0], [0, 1], [1, 0]])
+    wv = T([[1, 1], [0, 0], [0, 1], [1, 0]])
+    q, k, v = x @ wq, x @ wk, x @ wv
+    assert (q @ k.T).tolist() == [[0, 4, 2], [4, 0, 2], [2, 2, 2]]
+    expected = T([[1, 0.2775], [1, 1.7225], [1, 1]])
+    for out in both_paths(q, k, v):
+        torch.testing.assert_close(out, expected, atol=1e-4, rtol=0)
+
+
+def test_example_i_causal_mask_as_additive():
+    additive = torch.zeros(4, 4).masked_fill(~make_causal_mask(4), float("-inf"))
+    inf = float("-inf")
+    expected = [[0, inf, inf, inf], [0, 0, inf, inf], [0, 0, 0, inf], [0, 0, 0, 0]]
+    assert additive.tolist() == expected
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_multi_head_attention_equals_per_head_reference(self_attention):
+    """Our module (fused projections, SDPA, padding mask) equals heads computed one by one and concatenated."""
+    torch.manual_seed(0)
+    D, H, B, Tq, S = 12, 3, 2, 5, 7
+    mha = MultiHeadAttention(d_model=D, n_heads=H, self_attention=self_attention).double().eval()
+    for p in mha.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    x = torch.randn(B, Tq, D, dtype=torch.float64)
+    memory = torch.randn(B, S, D, dtype=torch.float64)
+    keys = x if self_attention else memory
+    tokens = torch.ones(B, keys.size(1), dtype=torch.long)
+    tokens[1, -2:] = 0
+    mask = make_pad_mask(tokens, 0)  # (B, 1, 1, S)
+    out = mha(x, None if self_attention else memory, mask=mask)
+
+    if self_attention:
+        wq, wk, wv = mha.qkv_proj.weight.chunk(3)
+        bq, bk, bv = mha.qkv_proj.bias.chunk(3)
+    else:
+        (wq, bq), (wk, wv), (bk, bv) = (mha.q_proj.weight, mha.q_proj.bias), mha.kv_proj.weight.chunk(2), mha.kv_proj.bias.chunk(2)
+    heads = []
+    for h in range(H):
+        rows = slice(h * D // H, (h + 1) * D // H)
+        q = x @ wq[rows].T + bq[rows]
+        k = keys @ wk[rows].T + bk[rows]
+        v = keys @ wv[rows].T + bv[rows]
+        heads.append(reference_attention(q, k, v, mask[:, 0]))  # (B, T, Dh)
+    expected = mha.out_proj(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_padding_keys_get_no_weight():
+    q, k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
+    mask = make_pad_mask(torch.tensor([[7, 7, 7, 0, 0]]), 0)
+    changed = v.clone()
+    changed[..., 3:, :] = 100.0
+    torch.testing.assert_close(*both_paths(q, k, v, mask))
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, changed, attn_mask=mask),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # fmt: skip
