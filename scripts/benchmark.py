@@ -69,7 +69,8 @@ def marian_peer(cfg, vocab: int):
         decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
         decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
         dropout=cfg.dropout, activation_function="relu", pad_token_id=PAD, eos_token_id=EOS,
-        decoder_start_token_id=BOS, max_position_embeddings=1024, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        decoder_start_token_id=BOS, max_position_embeddings=1024, scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
     )  # fmt: skip
     model = MarianMTModel(config)
 
@@ -143,8 +144,9 @@ def main() -> None:
     if "marian" in args.peers:
         candidates["HF Marian"] = lambda: marian_peer(cfg, args.vocab)
     per_token = flops_per_token(ours, cfg, args.vocab, args.mean_len)
-    print(f"device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}), {precision}, "
-          f"{count_parameters(ours) / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, torch {torch.__version__}")  # fmt: skip
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    print(f"device {device} ({name}), {precision}, {count_parameters(ours) / 1e6:.1f}M params, "
+          f"~{args.tokens} target tokens/batch, torch {torch.__version__}")  # fmt: skip
     print(f"{'model':<16}{'tokens/s':>12}{'sentences/s':>14}{'MFU':>8}")
     for name, build in candidates.items():
         try:

@@ -16,7 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from transformer.cli import _user_errors_exit_2
+from transformer.cli import user_errors_exit_2
 
 
 def _banner(text: str) -> None:
@@ -31,7 +31,7 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
         print()
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/demo.yaml")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = corpus_scores(hypotheses, references)
     print(f"BLEU {scores['bleu']:.1f}  {scores['bleu_signature']}")
     print(f"chrF {scores['chrf']:.1f}  {scores['chrf_signature']}")
-    summary = {**scores, "updates": result["step"], "train_minutes": result["elapsed"] / 60,
+    summary = {**scores, "updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
                "total_minutes": (time.time() - start) / 60, "device": device}  # fmt: skip
     (Path(args.out) / "scores.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(f"total {summary['total_minutes']:.1f} min; hypotheses, scores.json and curves.png in {args.out}")

@@ -77,7 +77,11 @@ def test_multi_head_attention_equals_per_head_reference(self_attention):
         wq, wk, wv = mha.qkv_proj.weight.chunk(3)
         bq, bk, bv = mha.qkv_proj.bias.chunk(3)
     else:
-        (wq, bq), (wk, wv), (bk, bv) = (mha.q_proj.weight, mha.q_proj.bias), mha.kv_proj.weight.chunk(2), mha.kv_proj.bias.chunk(2)
+        (wq, bq), (wk, wv), (bk, bv) = (
+            (mha.q_proj.weight, mha.q_proj.bias),
+            mha.kv_proj.weight.chunk(2),
+            mha.kv_proj.bias.chunk(2),
+        )
     heads = []
     for h in range(H):
         rows = slice(h * D // H, (h + 1) * D // H)

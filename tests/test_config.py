@@ -20,7 +20,13 @@ def test_base_config_is_the_papers():
     config = load_config(Path(__file__).resolve().parents[1] / "configs/base.yaml")
     m, t, d = config.model, config.train, config.decode
     assert (m.n_encoder_layers, m.n_decoder_layers, m.d_model, m.d_ff, m.n_heads) == (6, 6, 512, 2048, 8)
-    assert (m.dropout, t.label_smoothing, t.warmup_steps, t.adam_betas, t.adam_eps) == (0.1, 0.1, 4000, (0.9, 0.98), 1e-9)
+    assert (m.dropout, t.label_smoothing, t.warmup_steps, t.adam_betas, t.adam_eps) == (
+        0.1,
+        0.1,
+        4000,
+        (0.9, 0.98),
+        1e-9,
+    )
     assert m.share_embeddings and m.tie_output and not m.norm_first
     assert (d.beam_size, d.alpha, d.length_penalty, d.max_len_a, d.max_len_b) == (4, 0.6, "gnmt", 1.0, 50)
 

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from transformer.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding, sinusoid_table
+from transformer.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    sinusoid_table,
+)
 
 # SEED-NOTES section 3, H: d_model = 8, rows 0, 1, 2, 3, 5, 6.
 EXPECTED_PE = {
@@ -23,12 +28,16 @@ EXPECTED_PE = {
 @pytest.mark.parametrize("position", sorted(EXPECTED_PE))
 def test_sinusoid_table_matches_seed_vectors(position):
     table = sinusoid_table(7, 8)
-    torch.testing.assert_close(table[position], torch.tensor(EXPECTED_PE[position], dtype=torch.float32), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        table[position], torch.tensor(EXPECTED_PE[position], dtype=torch.float32), atol=1e-4, rtol=0
+    )
 
 
 def test_seed_example_o_d4():
     """The corrected d = 4 rows (the seed wrongly used 10000^0 for dimensions 2-3)."""
-    torch.testing.assert_close(sinusoid_table(4, 4)[1], torch.tensor([0.8415, 0.5403, 0.0100, 0.99995]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        sinusoid_table(4, 4)[1], torch.tensor([0.8415, 0.5403, 0.0100, 0.99995]), atol=1e-4, rtol=0
+    )
 
 
 @pytest.mark.parametrize("cls", [SinusoidalPositionalEncoding, LearnedPositionalEmbedding])

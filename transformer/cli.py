@@ -14,7 +14,7 @@ from collections.abc import Callable
 from transformer.errors import UserError
 
 
-def _user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
+def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -40,7 +40,7 @@ def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None
     )  # fmt: skip
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
     parser = argparse.ArgumentParser(
@@ -68,7 +68,7 @@ def prepare_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
     parser = argparse.ArgumentParser(prog="transformer-train", description="Train a Transformer translation model.")
@@ -88,7 +88,7 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def average_main(argv: list[str] | None = None) -> int:
     """transformer-average --inputs A.pt B.pt ... --output avg.pt  (or --last N --dir RUN)"""
     parser = argparse.ArgumentParser(prog="transformer-average", description="Average checkpoint weights.")
@@ -130,7 +130,7 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def translate_main(argv: list[str] | None = None) -> int:
     """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
     parser = argparse.ArgumentParser(
@@ -151,7 +151,7 @@ def translate_main(argv: list[str] | None = None) -> int:
     return run_translate(args)
 
 
-@_user_errors_exit_2
+@user_errors_exit_2
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
     parser = argparse.ArgumentParser(

@@ -149,8 +149,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
             _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
-                     "accumulation"):
+        for name in (
+            "warmup_steps",
+            "max_steps",
+            "max_epochs",
+            "valid_every",
+            "save_every",
+            "patience",
+            "threads",
+            "accumulation",
+        ):
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
         _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
@@ -262,7 +270,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        _require(isinstance(value, (int, float)) and not isinstance(value, bool), f"{where} must be a number, got {value!r}")
+        _require(
+            isinstance(value, (int, float)) and not isinstance(value, bool), f"{where} must be a number, got {value!r}"
+        )
         return float(value)
     if tp is int:
         _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
@@ -304,7 +314,8 @@ def from_dict(values: dict[str, Any]) -> Config:
     return _build(Config, values or {}, "")
 
 
-def _set_dotted(tree: dict[str, Any], override: str) -> None:
+def set_dotted(tree: dict[str, Any], override: str) -> None:
+    """Apply one `section.key=value` override to a nested mapping; the value is parsed as YAML."""
     key, sep, raw = override.partition("=")
     _require(bool(sep) and bool(key.strip()), f"bad override {override!r}: use section.key=value")
     *parents, leaf = key.strip().split(".")
@@ -316,19 +327,30 @@ def _set_dotted(tree: dict[str, Any], override: str) -> None:
     node[leaf] = yaml.safe_load(raw) if raw.strip() else None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (any subset of the keys), apply `section.key=value` overrides and validate."""
-    tree: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        _require(path.is_file(), f"config file not found: {path}")
-        try:
-            tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-        _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    _require(path.is_file(), f"config file not found: {path}")
+    try:
+        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
+    return tree
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: Config | None = None
+) -> Config:
+    """Read a YAML config (any subset of the keys), apply `section.key=value` overrides and validate.
+
+    With `base` (e.g. the config stored in a checkpoint), the file's sections update the base's key by key.
+    """
+    tree: dict[str, Any] = base.to_dict() if base is not None else {}
+    for section, values in (_read_yaml(path) if path is not None else {}).items():
+        merge = isinstance(values, dict) and isinstance(tree.get(section), dict)
+        tree[section] = {**tree[section], **values} if merge else values
     for override in overrides:
-        _set_dotted(tree, override)
+        set_dotted(tree, override)
     return from_dict(tree)
 
 

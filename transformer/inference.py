@@ -25,9 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from transformer.config import Config, DecodeConfig, SplitConfig, _set_dotted, from_dict
+from transformer.config import Config, DecodeConfig, SplitConfig, load_config
 from transformer.errors import UserError
 
 DECODE_FLAGS = {"beam": "beam_size"} | {
@@ -37,22 +35,7 @@ DECODE_FLAGS = {"beam": "beam_size"} | {
 
 def resolve_config(stored: Config, args: argparse.Namespace) -> Config:
     """The checkpoint's config, then --config, then --set, then the decoding flags present in `args`."""
-    tree = stored.to_dict()
-    if getattr(args, "config", None):
-        path = Path(args.config)
-        if not path.is_file():
-            raise UserError(f"config file not found: {path}")
-        try:
-            extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-        if not isinstance(extra, dict):
-            raise UserError(f"{path} must hold a mapping of sections (model, data, train, decode)")
-        for section, values in extra.items():
-            tree[section] = {**tree.get(section, {}), **values} if isinstance(values, dict) else values
-    for override in getattr(args, "overrides", []):
-        _set_dotted(tree, override)
-    config = from_dict(tree)
+    config = load_config(getattr(args, "config", None), getattr(args, "overrides", []), base=stored)
     if config.model != stored.model:
         changed = [k for k, v in config.to_dict()["model"].items() if stored.to_dict()["model"][k] != v]
         raise UserError(f"the model settings come from the checkpoint; cannot change model.{', model.'.join(changed)}")

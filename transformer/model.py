@@ -30,8 +30,17 @@ def _positional(kind: str, d_model: int, max_positions: int) -> nn.Module:
 class Encoder(nn.Module):
     """Embedding + positions (with dropout), then N encoder layers; pre-LN adds a final LayerNorm."""
 
-    def __init__(self, *, embedding: TokenEmbedding, positional: nn.Module, n_layers: int, dropout: float,
-                 norm_first: bool, eps: float, **layer_kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        embedding: TokenEmbedding,
+        positional: nn.Module,
+        n_layers: int,
+        dropout: float,
+        norm_first: bool,
+        eps: float,
+        **layer_kwargs,
+    ) -> None:
         super().__init__()
         self.embedding = embedding
         self.positional = positional
@@ -51,8 +60,17 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """Embedding + positions (with dropout), then N decoder layers; returns hidden states, not logits."""
 
-    def __init__(self, *, embedding: TokenEmbedding, positional: nn.Module, n_layers: int, dropout: float,
-                 norm_first: bool, eps: float, **layer_kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        embedding: TokenEmbedding,
+        positional: nn.Module,
+        n_layers: int,
+        dropout: float,
+        norm_first: bool,
+        eps: float,
+        **layer_kwargs,
+    ) -> None:
         super().__init__()
         self.embedding = embedding
         self.positional = positional
@@ -114,17 +132,27 @@ class Transformer(nn.Module):
             else TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
         )
         stack = dict(
-            dropout=dropout, norm_first=norm_first, eps=layer_norm_eps, d_model=d_model, n_heads=n_heads,
-            d_ff=d_ff, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+            dropout=dropout,
+            norm_first=norm_first,
+            eps=layer_norm_eps,
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
             activation=activation,
         )
         self.encoder = Encoder(
-            embedding=src_embedding, positional=_positional(positional, d_model, max_positions),
-            n_layers=n_encoder_layers, **stack,
+            embedding=src_embedding,
+            positional=_positional(positional, d_model, max_positions),
+            n_layers=n_encoder_layers,
+            **stack,
         )
         self.decoder = Decoder(
-            embedding=tgt_embedding, positional=_positional(positional, d_model, max_positions),
-            n_layers=n_decoder_layers, **stack,
+            embedding=tgt_embedding,
+            positional=_positional(positional, d_model, max_positions),
+            n_layers=n_decoder_layers,
+            **stack,
         )
         self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
         self._init_projections()

@@ -228,7 +228,9 @@ class Trainer:
             f"{sum(p.numel() for p in self.model.parameters()):,}", self.device, self.world, self.precision,
             self.accumulation, cfg.max_tokens,
         )  # fmt: skip
-        bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress, unit="upd", dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_steps or None, initial=self.step, disable=not self.progress, unit="upd", dynamic_ncols=True
+        )
         batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
         self.net.train()
         reason = None
@@ -246,7 +248,8 @@ class Trainer:
             if nonfinite >= cfg.nan_patience:
                 raise UserError(
                     f"the loss was not finite for {nonfinite} updates in a row (update {self.step}): lower the "
-                    "learning rate or lengthen the warmup, clip gradients (train.clip_norm), or use bf16 instead of fp16"
+                    "learning rate or lengthen the warmup, clip gradients (train.clip_norm), or use bf16 instead of "
+                    "fp16"
                 )
             window.add(stats)
             if self.step % cfg.log_every == 0:
