@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -129,6 +130,7 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM)")
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian")
     args = parser.parse_args()
+    warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transformer's pre-LN notice
 
     cfg = load_config(args.config, args.overrides).model
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
