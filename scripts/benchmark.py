@@ -53,8 +53,8 @@ class TorchPeer(nn.Module):
 
     def forward(self, src, tgt_in):
         enc, dec = self.ours.encoder, self.ours.decoder
-        x = enc.dropout(enc.positional(enc.embedding(src)))
-        y = dec.dropout(dec.positional(dec.embedding(tgt_in)))
+        x = enc.embed(src)
+        y = dec.embed(tgt_in)
         T = tgt_in.size(1)
         mask = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)
         h = self.core(x, y, tgt_mask=mask, src_key_padding_mask=src == PAD, memory_key_padding_mask=src == PAD,

@@ -69,8 +69,8 @@ def test_parity_with_torch_nn_transformer(norm_first):
     tgt = random_tokens(3, 5, seed=1)
     src_mask = make_pad_mask(src, PAD)
     with torch.no_grad():
-        src_x = ours.encoder.positional(ours.encoder.embedding(src))
-        tgt_x = ours.decoder.positional(ours.decoder.embedding(tgt))
+        src_x = ours.encoder.embed(src)
+        tgt_x = ours.decoder.embed(tgt)
         memory = ours.encode(src, src_mask)
         expected_memory = theirs.encoder(src_x, src_key_padding_mask=src == PAD)
         hidden = ours.decoder(tgt, memory, src_mask)

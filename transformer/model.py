@@ -27,8 +27,10 @@ def _positional(kind: str, d_model: int, max_positions: int) -> nn.Module:
     return cls(d_model=d_model, max_positions=max_positions)
 
 
-class Encoder(nn.Module):
-    """Embedding + positions (with dropout), then N encoder layers; pre-LN adds a final LayerNorm."""
+class _Stack(nn.Module):
+    """What both stacks share: embedding + positions with dropout, N layers, and pre-LN's final LayerNorm."""
+
+    layer_class: type[nn.Module]
 
     def __init__(
         self,
@@ -46,49 +48,42 @@ class Encoder(nn.Module):
         self.positional = positional
         self.dropout = nn.Dropout(dropout)
         kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
-        self.layers = nn.ModuleList(EncoderLayer(**kwargs) for _ in range(n_layers))
+        self.layers = nn.ModuleList(self.layer_class(**kwargs) for _ in range(n_layers))
         self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
+
+    def embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, T) ids -> (B, T, D): Dropout(Embedding(tokens) * sqrt(d_model) + PE[offset : offset + T])."""
+        return self.dropout(self.positional(self.embedding(tokens), offset=offset))
+
+
+class Encoder(_Stack):
+    """Embedding + positions (with dropout), then N encoder layers; pre-LN adds a final LayerNorm."""
+
+    layer_class = EncoderLayer
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
-        x = self.dropout(self.positional(self.embedding(src)))  # (B, S, D)
+        x = self.embed(src)  # (B, S, D)
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.final_norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """Embedding + positions (with dropout), then N decoder layers; returns hidden states, not logits."""
 
-    def __init__(
-        self,
-        *,
-        embedding: TokenEmbedding,
-        positional: nn.Module,
-        n_layers: int,
-        dropout: float,
-        norm_first: bool,
-        eps: float,
-        **layer_kwargs,
-    ) -> None:
-        super().__init__()
-        self.embedding = embedding
-        self.positional = positional
-        self.dropout = nn.Dropout(dropout)
-        kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
-        self.layers = nn.ModuleList(DecoderLayer(**kwargs) for _ in range(n_layers))
-        self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
+    layer_class = DecoderLayer
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """tgt_in (B, T) ids starting with BOS, memory (B, S, D) -> (B, T, D)."""
-        x = self.dropout(self.positional(self.embedding(tgt_in)))  # (B, T, D)
+        x = self.embed(tgt_in)  # (B, T, D)
         for layer in self.layers:
             x = layer(x, memory, src_mask)
         return self.final_norm(x)
 
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N, 1), the newest target token per row -> (N, 1, D); appends to every layer's cache."""
-        x = self.dropout(self.positional(self.embedding(tokens), offset=cache.position))  # (N, 1, D)
+        x = self.embed(tokens, offset=cache.position)  # (N, 1, D)
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = layer.step(x, layer_cache, cache.src_mask)
         cache.position += 1
