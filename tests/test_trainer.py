@@ -133,3 +133,15 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     b = load_checkpoint(tmp_path / "ddp/checkpoint_last.pt")["model"]
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+def test_early_stopping_on_patience(tmp_path, monkeypatch):
+    """Validation that never improves stops the run after `patience` validations; best.pt is the first one."""
+    from transformer import trainer
+
+    monkeypatch.setattr(trainer, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
+    settings = ["train.max_steps=100", "train.valid_every=2", "train.patience=2", f"train.out_dir={tmp_path / 'run'}"]
+    config = load_config(TINY, [*settings, f"data.cache_dir={tmp_path / 'cache'}"])
+    result = Trainer(config, progress=False).run()
+    assert result["reason"] == "patience" and result["step"] == 6
+    assert load_checkpoint(tmp_path / "run/best.pt")["step"] == 2
