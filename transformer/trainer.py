@@ -264,7 +264,6 @@ class Trainer:
                 last_save = time.time()
         bar.close()
         log.info("stopping at update %d: %s", self.step, reason)
-        final = {}
         if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
         self.save(reason)

@@ -174,11 +174,6 @@ def micro_batch_count(update_tokens: int, mean_batch_tokens: float, world_size: 
     return max(1, round(update_tokens / max(mean_batch_tokens * world_size, 1.0)))
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    model = getattr(model, "_orig_mod", model)
-    return getattr(model, "module", model)
-
-
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, batches, *, precision: str, pad_id: int, epsilon: float) -> tuple[float, float]:
     """(label-smoothed loss, NLL) per target token over `batches`; the model is left in train mode."""
