@@ -28,15 +28,6 @@ A, B_, C = 4, 5, 6  # scripted tokens (B_ so as not to shadow the batch size)
 IDS = dict(bos_id=BOS, eos_id=EOS)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add waiting on a busy shared machine (seconds instead of milliseconds)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @dataclass
 class ScriptedCache:
     sources: list[tuple[int, ...]]

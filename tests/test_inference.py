@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 import tiny_checkpoint
-import torch
 
 from transformer.cli import evaluate_main, translate_main
 from transformer.corpus import read_lines
 from transformer.evaluation import corpus_scores
 
 LONG = " ".join(["cat dog house"] * 20)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors on a busy shared machine: threads only add waiting
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

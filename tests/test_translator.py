@@ -15,15 +15,6 @@ from transformer.translator import Translator, inference_dtype, pick_device
 LONG = " ".join(["cat dog house"] * 20)  # far more than MAX_POSITIONS source tokens
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add waiting on a busy shared machine (seconds instead of milliseconds)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     paths = tiny_checkpoint.build(tmp_path_factory.mktemp("tiny"))
