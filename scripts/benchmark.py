@@ -18,6 +18,7 @@ import warnings
 import torch
 from torch import nn
 
+from transformer.attention import avoid_cudnn_attention
 from transformer.config import load_config
 from transformer.model import Transformer, count_parameters
 from transformer.training import autocast, label_smoothed_loss, resolve_precision
@@ -128,6 +129,9 @@ def main() -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM)")
+    parser.add_argument(
+        "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
+    )
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transformer's pre-LN notice
@@ -136,6 +140,8 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision(args.precision, device)
     torch.backends.cuda.matmul.allow_tf32 = True
+    if device.type == "cuda" and not args.cudnn_attention:
+        avoid_cudnn_attention()  # for every model: all of them call F.scaled_dot_product_attention
     batches = make_batches(args.steps + args.warmup, args.tokens, args.vocab, args.mean_len, device)
     ours = Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
     candidates = {"ours": lambda: ours}

@@ -8,7 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.attention import MultiHeadAttention, make_causal_mask, make_pad_mask, reference_attention
+from transformer.attention import (
+    MultiHeadAttention,
+    avoid_cudnn_attention,
+    make_causal_mask,
+    make_pad_mask,
+    reference_attention,
+)
 
 T = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 
@@ -101,3 +107,16 @@ def test_padding_keys_get_no_weight():
     torch.testing.assert_close(*both_paths(q, k, v, mask))
     torch.testing.assert_close(F.scaled_dot_product_attention(q, k, changed, attn_mask=mask),
                                F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # fmt: skip
+
+
+def test_avoid_cudnn_attention_turns_the_cudnn_backend_off():
+    """CUDA runs call it so that SDPA never builds a cuDNN plan per shape; the switch itself works without a GPU."""
+    if not hasattr(torch.backends.cuda, "cudnn_sdp_enabled"):
+        pytest.skip("this torch has no cuDNN attention backend")
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        avoid_cudnn_attention()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)

@@ -15,6 +15,7 @@ import torch
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import train_main
 from transformer.config import load_config
+from transformer.errors import UserError
 from transformer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,11 +117,12 @@ def test_resume_refuses_another_vocabulary(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path):
-    """torchrun with 2 gloo processes x 1 micro-batch == 1 process x 2 micro-batches (dropout off)."""
+def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkeypatch):
+    """torchrun with 2 gloo processes x 1 micro-batch == 1 process x 2 micro-batches (dropout off), on the CPU."""
     common = ["train.max_steps=6", "train.valid_every=0", "model.dropout=0.0", "train.max_tokens=512"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # both runs on the CPU, also on a GPU machine
     assert train_main(_args(tmp_path, "single", *common, "train.accumulation=2")) == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "transformer.cli", "train", *_args(tmp_path, "ddp", *common, "train.accumulation=1")]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -133,6 +135,16 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     b = load_checkpoint(tmp_path / "ddp/checkpoint_last.pt")["model"]
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
+    from transformer import trainer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(UserError, match="process 1 has no GPU: 1 visible"):
+        trainer.init_distributed()
 
 
 def test_early_stopping_on_patience(tmp_path, monkeypatch):

@@ -26,6 +26,17 @@ def make_causal_mask(length: int, device: torch.device | None = None) -> torch.T
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
+def avoid_cudnn_attention() -> None:
+    """Keep `F.scaled_dot_product_attention` on CUDA off cuDNN's kernel (flash / memory-efficient kernels instead).
+
+    cuDNN's attention builds an execution plan for every new shape, tens of milliseconds each on an H100. Training
+    batches vary in length and incremental decoding grows the key length each step, so nearly every call paid it:
+    303 ms per base-model update instead of 76 (H100, docs/benchmarks.md).
+    """
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def reference_attention(q, k, v, mask=None):
     """softmax(Q K^T / sqrt(d_k)) V written out, for tests only (the model uses the fused kernel)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from transformer import training
+from transformer.attention import avoid_cudnn_attention
 from transformer.checkpoint import load_checkpoint, model_state, save_checkpoint
 from transformer.config import Config, parse_duration, save_config
 from transformer.errors import UserError
@@ -37,6 +38,12 @@ def init_distributed() -> tuple[int, int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise UserError(
+                f"process {local_rank} has no GPU: {torch.cuda.device_count()} visible; start at most that many "
+                "processes per node (torchrun --nproc_per_node), or set CUDA_VISIBLE_DEVICES= to train on the CPU"
+            )
+        avoid_cudnn_attention()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:

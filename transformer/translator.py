@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer.attention import make_pad_mask
+from transformer.attention import avoid_cudnn_attention, make_pad_mask
 from transformer.batching import build_batches
 from transformer.config import DecodeConfig
 from transformer.decoding import generate
@@ -80,6 +80,8 @@ class Translator:
         *, seed: int = 1,
     ) -> None:  # fmt: skip
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            avoid_cudnn_attention()
         model = getattr(model, "module", model)  # DistributedDataParallel: decode with the wrapped module
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
