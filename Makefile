@@ -9,7 +9,7 @@ DEMO_TIME ?= 11m
 DEMO_CONFIG ?= configs/demo.yaml
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup test test-fast test-all lint format demo clean
+.PHONY: setup test test-fast lint format demo clean
 
 setup: $(VENV)/.installed
 

@@ -70,6 +70,7 @@ def test_killed_writer_process_leaves_previous_checkpoint(tmp_path):
     assert load_checkpoint(path)["step"] in (1, 2)
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # a plain pickle, not torch.save
 def test_loading_refuses_code(tmp_path):
     class Evil:
         def __reduce__(self):

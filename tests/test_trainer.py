@@ -53,6 +53,13 @@ def test_tiny_run_writes_everything(tmp_path):
     assert [v["step"] for v in valid] == [15, 30] and all("valid_bleu" in v for v in valid)
 
 
+def test_validation_lines_never_share_the_progress_bar_line(tmp_path):
+    args = [a for a in _args(tmp_path, "bar", "train.max_steps=6", "train.valid_every=3") if a != "--no-progress"]
+    out, _ = _run(args).communicate(timeout=300)
+    segments = [s for s in out.replace("\r", "\n").split("\n") if "validation at update" in s]
+    assert len(segments) == 2 and all(s.startswith("validation at update") for s in segments), out
+
+
 def test_resume_is_exact(tmp_path):
     """Stop after update 12 (max_steps), resume to 25: the same per-update losses as one run to 25, bitwise."""
     assert train_main(_args(tmp_path, "full", "train.max_steps=25")) == 0

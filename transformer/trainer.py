@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer import training
 from transformer.attention import avoid_cudnn_attention
@@ -235,17 +236,32 @@ class Trainer:
             f"{sum(p.numel() for p in self.model.parameters()):,}", self.device, self.world, self.precision,
             self.accumulation, cfg.max_tokens,
         )  # fmt: skip
-        bar = tqdm(
-            total=cfg.max_steps or None, initial=self.step, disable=not self.progress, unit="upd", dynamic_ncols=True
-        )
+        # Log lines (validation) go through tqdm.write, so they never land on the bar's line.
+        with logging_redirect_tqdm(), tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress,
+                                           unit="upd", dynamic_ncols=True) as bar:  # fmt: skip
+            reason = self._train_loop(bar, max_time)
+        log.info("stopping at update %d: %s", self.step, reason)
+        if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
+            self._validate()
+        self.save(reason)
+        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
+        if self.is_main:
+            from transformer.plotting import plot_curves
+
+            plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
+        _barrier()
+        return final
+
+    def _train_loop(self, bar: tqdm, max_time: float) -> str:
+        """Updates until a stop condition; returns its reason."""
+        cfg = self.train_cfg
         batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
         self.net.train()
         reason = None
         while reason is None:
             micro = [b for _, b in zip(range(self.accumulation), batches)]
             if not micro:
-                reason = "max_epochs"
-                break
+                return "max_epochs"
             self.step += 1
             stats = training.train_update(
                 self.net, micro, self.optimizer, lr=training.learning_rate(self.step, cfg, self.config.model),
@@ -269,18 +285,7 @@ class Trainer:
             if reason is None and ((cfg.save_every and self.step % cfg.save_every == 0) or minutes_due):
                 self.save("scheduled")
                 last_save = time.time()
-        bar.close()
-        log.info("stopping at update %d: %s", self.step, reason)
-        if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
-            self._validate()
-        self.save(reason)
-        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
-        if self.is_main:
-            from transformer.plotting import plot_curves
-
-            plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
-        _barrier()
-        return final
+        return reason
 
     def _stop_reason(self, max_time: float) -> str | None:
         reason = None
