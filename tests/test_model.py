@@ -155,6 +155,24 @@ def test_cache_reorder_equals_permuted_inputs(model):
     torch.testing.assert_close(reordered, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
 
 
+def test_cache_reorder_within_sentences_leaves_cross_attention_alone(model):
+    """cross=False after the K-fold expansion: re-ranking beams of one sentence equals the full forward."""
+    src, tgt = random_tokens(2, 7), random_tokens(4, 4, seed=1)  # 2 sentences x 2 beams
+    expand, within = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 3, 2])
+    with torch.no_grad():
+        src_mask = make_pad_mask(src, PAD)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask)
+        cache.reorder(expand)
+        cross_k = cache.layers[0].cross_k
+        for t in range(3):
+            model.decode_step(tgt[:, t : t + 1], cache)
+        cache.reorder(within, cross=False)
+        assert cache.layers[0].cross_k is cross_k
+        stepped = model.decode_step(tgt[within, 3:4], cache)
+        expected = model.decode(tgt[within], model.encode(src[expand], src_mask[expand]), src_mask[expand])
+    torch.testing.assert_close(stepped, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
+
+
 def test_tied_embeddings_are_one_matrix(model):
     assert model.encoder.embedding.weight is model.decoder.embedding.weight is model.output_proj.weight
     untied = tiny_model(share_embeddings=False, tie_output=False)

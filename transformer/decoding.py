@@ -240,7 +240,7 @@ def beam_search(
             break
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
         log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        cache.reorder(_beam_step(state, log_probs, eos_id))
+        cache.reorder(_beam_step(state, log_probs, eos_id), cross=False)  # rows stay in their sentence
         _finalise_at_max_length(state, step + 1, max_lens)
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]
 
