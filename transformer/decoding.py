@@ -17,7 +17,7 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
   among the first K ranks finishes (score = log P / lp); the best K non-EOS candidates stay alive, so K stay alive
   while finished ones leave. A sentence is done when it has K finished hypotheses (fairseq's early stop; no bound
   on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
-  hypotheses are finalised. Done sentences stay in the batch with -inf scores (fixed shapes).
+  hypotheses are finalised. Done sentences leave the batch at once (their rows leave the cache), as in fairseq.
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
   model's own distribution (temperature 1). n samples per sentence come back sorted by score.
@@ -157,20 +157,22 @@ def sample(
 @dataclass
 class _BeamState:
     tokens: torch.Tensor  # (N, t+1) long, BOS first: the alive hypotheses, sentence b in rows b*K .. b*K+K-1
-    scores: torch.Tensor  # (B, K) float, log P of each alive hypothesis; -inf for empty slots and done sentences
-    finished: list[list[Hypothesis]]  # per sentence
-    done: torch.Tensor  # (B,) bool
+    scores: torch.Tensor  # (B, K) float, log P of each alive hypothesis; -inf for empty slots
+    max_lens: torch.Tensor  # (B,) long
+    sentence: list[int]  # (B,) each batch row's index in the input: done sentences leave the batch
+    finished: list[list[Hypothesis]]  # per input sentence
+    done: torch.Tensor  # (B,) bool: done during this step, to leave the batch at its end
     score_fn: Callable[[float, int], float]  # (log P, length) -> log P / lp(length)
 
 
-def _finish(state: _BeamState, sentence: list[int], rows: list[int], log_probs: list[float], eos: bool) -> None:
+def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs: list[float], eos: bool) -> None:
     """Move hypotheses (rows of state.tokens, plus EOS when `eos`) to their sentences' finished lists."""
     if not rows:
         return
     histories = state.tokens[torch.tensor(rows, device=state.tokens.device), 1:].tolist()
-    for b, tokens, log_prob in zip(sentence, histories, log_probs):
+    for b, tokens, log_prob in zip(batch_rows, histories, log_probs):
         length = len(tokens) + int(eos)
-        state.finished[b].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
+        state.finished[state.sentence[b]].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
 
 
 def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -182,25 +184,25 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int) -> torch
     beams, words = top_index // V, top_index % V  # (B, 2K)
     is_eos = words == eos_id  # (B, 2K)
     rank = torch.arange(top_scores.size(1), device=top_scores.device)  # (2K,)
-    finishing = is_eos & (rank < K) & top_scores.isfinite() & ~state.done[:, None]  # (B, 2K)
+    finishing = is_eos & (rank < K) & top_scores.isfinite()  # (B, 2K)
     hits = finishing.nonzero().tolist()
     if hits:
         top_list, beam_list = top_scores.tolist(), beams.tolist()
         rows = [b * K + beam_list[b][j] for b, j in hits]
         _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
-        counts = torch.tensor([len(f) for f in state.finished], device=state.done.device)  # (B,)
+        counts = torch.tensor([len(state.finished[i]) for i in state.sentence], device=state.done.device)  # (B,)
         state.done |= counts >= K
     alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(K, dim=1)  # (B, K)
     offsets = torch.arange(B, device=beams.device)[:, None] * K  # (B, 1)
     rows = (beams.gather(1, keep) + offsets).view(-1)  # (N,)
     state.tokens = torch.cat([state.tokens[rows], words.gather(1, keep).view(-1, 1)], dim=1)  # (N, t+2)
-    state.scores = alive_scores.masked_fill(state.done[:, None], NEG_INF)  # (B, K)
+    state.scores = alive_scores  # (B, K)
     return rows
 
 
-def _finalise_at_max_length(state: _BeamState, length: int, max_lens: torch.Tensor) -> None:
+def _finalise_at_max_length(state: _BeamState, length: int) -> None:
     """Sentences whose maximum length is `length`: their alive hypotheses become finished, without EOS."""
-    ending = (max_lens == length) & ~state.done  # (B,)
+    ending = (state.max_lens == length) & ~state.done  # (B,)
     if not ending.any():
         return
     K = state.scores.size(1)
@@ -208,7 +210,17 @@ def _finalise_at_max_length(state: _BeamState, length: int, max_lens: torch.Tens
     scores = state.scores.tolist()
     _finish(state, [b for b, _ in slots], [b * K + k for b, k in slots], [scores[b][k] for b, k in slots], eos=False)
     state.done |= ending
-    state.scores = state.scores.masked_fill(ending[:, None], NEG_INF)
+
+
+def _drop_done(state: _BeamState, rows: torch.Tensor) -> torch.Tensor:
+    """Remove the done sentences from the batch; returns the rows of `rows` (N,) that stay (N',)."""
+    K = state.scores.size(1)
+    keep = (~state.done).nonzero().squeeze(1)  # (B',)
+    keep_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)  # (N',)
+    state.tokens, state.scores, state.max_lens = state.tokens[keep_rows], state.scores[keep], state.max_lens[keep]
+    state.sentence = [state.sentence[b] for b in keep.tolist()]
+    state.done = state.done[keep]
+    return rows[keep_rows]
 
 
 @torch.inference_mode()
@@ -222,26 +234,31 @@ def beam_search(
     """
     B, K = src.size(0), beam_size
     device = src.device
-    max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
-    cache = model.init_cache(model.encode(src, src_mask), src_mask)
-    cache.reorder(torch.arange(B, device=device).repeat_interleave(K))  # N rows: each sentence K times
     scores = torch.full((B, K), NEG_INF, device=device)  # (B, K)
     scores[:, 0] = 0.0  # one live hypothesis per sentence, so the K copies do not fill the beam with duplicates
     state = _BeamState(
         tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),
         scores=scores,
+        max_lens=max_output_lengths(model, src_mask, max_len_a, max_len_b),
+        sentence=list(range(B)),
         finished=[[] for _ in range(B)],
         done=torch.zeros(B, dtype=torch.bool, device=device),
         score_fn=lambda log_prob, length: log_prob / _penalty(length, alpha=alpha, kind=length_penalty),
     )
-    _finalise_at_max_length(state, 0, max_lens)
-    for step in range(int(max_lens.max().item()) if B else 0):
-        if state.done.all():
-            break
+    _finalise_at_max_length(state, 0)
+    cache = model.init_cache(model.encode(src, src_mask), src_mask)
+    cache.reorder(_drop_done(state, torch.arange(B, device=device).repeat_interleave(K)))  # each sentence K times
+    step = 0
+    while state.sentence:
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
         log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        cache.reorder(_beam_step(state, log_probs, eos_id), cross=False)  # rows stay in their sentence
-        _finalise_at_max_length(state, step + 1, max_lens)
+        rows = _beam_step(state, log_probs, eos_id)  # (N,)
+        step += 1
+        _finalise_at_max_length(state, step)
+        if state.done.any():
+            cache.reorder(_drop_done(state, rows))  # sentences leave: every tensor of the cache
+        else:
+            cache.reorder(rows, cross=False)  # beams re-ranked within their sentences: self-attention K/V only
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]
 
 
