@@ -107,7 +107,7 @@ def test_nan_loss_aborts_with_a_message(tmp_path, capsys):
     err = capsys.readouterr().err
     if code == 0:  # the model survived the absurd learning rate: nothing to check
         pytest.skip("no non-finite loss occurred")
-    assert code == 2 and "loss was not finite for 2 updates" in err
+    assert code == 2 and "were not finite for 2 updates in a row" in err
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys):

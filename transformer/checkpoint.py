@@ -12,8 +12,6 @@ and a checkpoint from a stranger cannot run code:
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,39 +19,35 @@ import torch
 
 from transformer.config import Config, from_dict
 from transformer.errors import UserError
+from transformer.fileio import atomic_output
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a temporary file in the same folder, fsync, then rename over `path`.
+    """Write atomically (`fileio.atomic_output`): a temporary file in the same folder, fsync, then rename.
 
-    A crash at any moment leaves either the old file or the new one, never a torn one.
+    A crash at any moment leaves either the old file or the new one, never a torn one. A full disk or a read-only
+    folder is a `UserError` and leaves the old file in place.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_output(path, "wb") as f:
             torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    except RuntimeError as exc:  # torch's zip writer reports a failed write as "unexpected pos ..." or similar
+        if "unexpected pos" not in str(exc) and "PytorchStreamWriter" not in str(exc):
+            raise
+        raise UserError(f"cannot write {path}: the write failed, most likely the disk is full ({str(exc)[:80]}); "
+                        "free some space or write somewhere else") from None  # fmt: skip
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with `weights_only=True`; a missing or unreadable file is a `UserError`."""
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint with `weights_only=True`; a missing or unreadable file is a `UserError`.
+
+    mmap: map the file instead of reading it, so tensors that are never touched (optimizer state) cost no memory.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises several types for truncated, foreign or unsafe files
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{path} is not a readable checkpoint ({first[:200]})") from None
@@ -76,7 +70,7 @@ def build_model(state: dict[str, Any], device: str | torch.device = "cpu"):
         tgt_vocab_size=tokenizer.tgt_vocab_size,
         pad_id=PAD_ID,
     )
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"], "the checkpoint")
     return model.to(device).eval(), tokenizer, config
 
 
@@ -108,24 +102,65 @@ def model_state(model: torch.nn.Module, config: Config, tokenizer, **extra: Any)
     }
 
 
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
+    """`model.load_state_dict(weights)`, with a one-line `UserError` naming the mismatching sizes instead of torch's
+    multi-line RuntimeError (a checkpoint from another architecture, or a config that contradicts the weights)."""
+    expected = model.state_dict()
+    missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
+    differ = [k for k in expected.keys() & weights.keys() if expected[k].shape != weights[k].shape]
+    if not (missing or unexpected or differ):
+        model.load_state_dict(weights)
+        return
+    problems = [f"{k} is {_size(weights[k])} in {source} but {_size(expected[k])} in the model" for k in sorted(differ)]
+    problems += [f"{k} is missing from {source}" for k in missing] + [f"{k} is not in the model" for k in unexpected]
+    more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    raise UserError(
+        f"{source} does not fit the model: {'; '.join(problems[:2])}{more}; use the model settings it was trained "
+        "with (they are stored in the checkpoint: leave the model section unchanged)"
+    )
+
+
+def _size(tensor: torch.Tensor) -> str:
+    return "x".join(map(str, tensor.shape)) or "a scalar"
+
+
+def require_training_state(state: dict[str, Any], path: str | Path) -> None:
+    """Refuse to resume from a checkpoint without optimizer state (an average or best.pt)."""
+    missing = [k for k in ("optimizer", "sampler", "rng", "step", "progress") if k not in state]
+    if missing:
+        raise UserError(
+            f"{path} holds no training state (no {', '.join(missing)}: it is an averaged or best checkpoint, weights "
+            f"only), so a run cannot resume from it; to start a new run from its weights use --set "
+            f"train.init_from={path}"
+        )
+
+
 def average_checkpoints(paths: list[str | Path]) -> dict[str, Any]:
     """Element-wise mean of the model weights of several checkpoints (the paper averaged the last 5 or 20).
 
+    The checkpoints are read one at a time (memory-mapped, so their optimizer state is never loaded) and summed
+    in float64: memory holds the float64 sum and one checkpoint's weights, whatever the number of checkpoints.
     The result keeps the first checkpoint's config and tokenizer and drops the training state.
     """
     if not paths:
         raise UserError("no checkpoints to average: pass one or more with --inputs")
-    states = [load_checkpoint(p) for p in paths]
-    first = states[0]
-    for path, state in zip(paths[1:], states[1:]):
-        if state["model"].keys() != first["model"].keys() or state.get("vocab") != first.get("vocab"):
-            raise UserError(f"{path} has a different model or vocabulary than {paths[0]}; cannot average them")
-    averaged = {}
-    for key, value in first["model"].items():
-        if value.is_floating_point():
-            total = sum(state["model"][key].double() for state in states)
-            averaged[key] = (total / len(states)).to(value.dtype)
-        else:
-            averaged[key] = value.clone()
+    first = load_checkpoint(paths[0], mmap=True)
+    weights = first["model"]
+    totals = {k: v.to(torch.float64, copy=True) if v.is_floating_point() else v.clone() for k, v in weights.items()}
     out = {k: first[k] for k in ("config", "tokenizer", "vocab") if k in first}
+    dtypes = {k: v.dtype for k, v in weights.items()}
+    del first, weights
+    for path in paths[1:]:
+        state = load_checkpoint(path, mmap=True)
+        weights = state["model"]
+        differ = [k for k in totals if k in weights and weights[k].shape != totals[k].shape]
+        if weights.keys() != totals.keys() or state.get("vocab") != out.get("vocab") or differ:
+            detail = (f": {differ[0]} is {_size(weights[differ[0]])} there but {_size(totals[differ[0]])} in "
+                      f"{paths[0]}") if differ else ""  # fmt: skip
+            raise UserError(f"{path} has a different model or vocabulary than {paths[0]}{detail}; cannot average them")
+        for key, total in totals.items():
+            if total.is_floating_point():
+                total += weights[key].double()
+        del state, weights
+    averaged = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in totals.items()}
     return {"model": averaged, **out, "averaged_from": [str(p) for p in paths]}

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from transformer.errors import UserError
+from transformer.fileio import is_fs_error, os_error, signals_raise
 
 
 def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
@@ -19,17 +20,38 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
     def wrapper(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
         try:
-            return main(argv) or 0
+            with signals_raise():  # SIGTERM unwinds like Ctrl-C: outputs being written are removed, not left torn
+                return main(argv) or 0
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
         except BrokenPipeError:  # `transformer-translate ... | head`
             return 0
+        except OSError as exc:  # a full disk, a read-only folder, a file where a folder should be: not a bug
+            if not is_fs_error(exc):
+                raise
+            print(f"error: {os_error(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            print("interrupted", file=sys.stderr)
+            return getattr(exc, "code", 130)
 
     return wrapper
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum` (argparse then reports a bad value with exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -94,12 +116,13 @@ def average_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="transformer-average", description="Average checkpoint weights.")
     parser.add_argument("--inputs", nargs="+", default=[], help="checkpoints to average")
     parser.add_argument("--dir", help="run directory: average its last --last numbered checkpoints")
-    parser.add_argument("--last", type=int, default=5, help="with --dir: how many (paper: 5 base, 20 big)")
+    parser.add_argument("--last", type=_count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
     args = parser.parse_args(argv)
     from pathlib import Path
 
     from transformer.checkpoint import average_checkpoints, save_checkpoint
+    from transformer.fileio import check_not_an_input
 
     inputs = list(args.inputs)
     if args.dir:
@@ -107,6 +130,7 @@ def average_main(argv: list[str] | None = None) -> int:
         if not found:
             raise UserError(f"no numbered checkpoints (checkpoint_<step>.pt) in {args.dir}")
         inputs += [str(p) for p in found[-args.last :]]
+    check_not_an_input(args.output, [("--inputs", p) for p in inputs])
     save_checkpoint(average_checkpoints(inputs), args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}")
     return 0
@@ -126,7 +150,7 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
                         help="autocast dtype on CUDA (auto: bf16 where supported); CPU runs fp32")  # fmt: skip
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=_count(0), default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -142,7 +166,8 @@ def translate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file (default: stdout)")
-    parser.add_argument("--chunk-lines", type=int, default=1000, help="lines read (and sorted) at a time from a pipe")
+    parser.add_argument("--chunk-lines", type=_count(1), default=1000,
+                        help="lines read (and sorted) at a time from a pipe")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")

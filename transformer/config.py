@@ -144,7 +144,9 @@ class TrainConfig:
     save_every: int = 1000  # updates between checkpoints (0 = only at the end)
     save_every_minutes: float = 0.0  # also checkpoint after this many minutes (0 = off)
     keep_last: int = 5  # numbered checkpoints to keep (the paper averages the last 5)
-    nan_patience: int = 5  # abort after this many consecutive non-finite losses
+    nan_patience: int = 5  # abort after this many consecutive updates with a non-finite loss or gradient
+    init_from: str | None = None  # start a new run from this checkpoint's weights (e.g. an average), fresh optimizer
+    prepare_timeout: str = "6h"  # DDP: how long the other processes wait for rank 0 to prepare the data (duration)
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
@@ -166,6 +168,7 @@ class TrainConfig:
         _require(self.clip_norm >= 0 and self.weight_decay >= 0, "train.clip_norm and weight_decay must be >= 0")
         if self.max_time is not None:
             parse_duration(self.max_time)
+        parse_duration(self.prepare_timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -355,4 +358,6 @@ def load_config(
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    from transformer.fileio import write_text  # atomic: a full disk never leaves a torn config.yaml
+
+    write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

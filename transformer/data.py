@@ -188,6 +188,19 @@ def filter_pairs(split: EncodedSplit, data: DataConfig) -> EncodedSplit:
     return kept
 
 
+def drop_longer(split: EncodedSplit, limit: int, name: str) -> EncodedSplit:
+    """An evaluation split without the pairs whose source or target exceeds `limit` tokens (`model.max_positions`),
+    which the model cannot take; the count goes to the log and `dropped["too_long_for_model"]`."""
+    keep = (split.src_lengths <= limit) & (split.tgt_lengths <= limit)
+    if keep.all():
+        return split
+    log.warning("%s: left out %d of %d pairs longer than model.max_positions (%d tokens)", name,
+                int((~keep).sum()), len(keep), limit)  # fmt: skip
+    kept = split.select(keep)
+    kept.dropped = {**split.dropped, "too_long_for_model": int((~keep).sum())}
+    return kept
+
+
 # ---------------------------------------------------------------------------------------------- the cache
 
 

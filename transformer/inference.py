@@ -19,6 +19,7 @@ the scores; `--json F` writes the same as JSON. `--hyp F --ref F` scores existin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from typing import Any
 
 from transformer.config import Config, DecodeConfig, SplitConfig, load_config
 from transformer.errors import UserError
+from transformer.fileio import atomic_output, check_not_an_input, utf8_lines, write_text
 
 DECODE_FLAGS = {"beam": "beam_size"} | {
     name: name for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b")
@@ -88,12 +90,19 @@ def _progress(total: int | None, quiet: bool):
 
 
 def _stream_lines(path: str) -> Iterator[str]:
-    """Lines of a UTF-8 file read lazily, newline removed; a bad file is a `UserError`."""
+    """Lines of a UTF-8 file read lazily, newline removed; a bad file is a `UserError` naming the line."""
     if not Path(path).is_file():
         raise UserError(f"input file not found: {path}")
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for line in f:
-            yield line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        yield from utf8_lines(f, path)
+
+
+def _stdin_lines() -> Iterator[str]:
+    """Standard input as UTF-8 lines, checked like a file: the same errors, the byte-order mark dropped."""
+    if sys.stdin is None or sys.stdin.closed:
+        raise UserError("standard input is closed: give the text as arguments or with --input FILE")
+    raw = getattr(sys.stdin, "buffer", None) or (line.encode("utf-8", "surrogateescape") for line in sys.stdin)
+    return utf8_lines(raw, "standard input")
 
 
 def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, bool]:
@@ -107,40 +116,34 @@ def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, b
         with open(args.input, "rb") as f:
             total = sum(1 for _ in f)
         return lines, total, False
-    return (line.rstrip("\r\n") for line in sys.stdin), None, sys.stdin.isatty()
-
-
-def _open_output(path: str):
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the caller
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    return _stdin_lines(), None, sys.stdin.isatty()
 
 
 def run_translate(args: argparse.Namespace) -> int:
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
+    inputs = [("--input", args.input), ("--checkpoint", args.checkpoint), ("--config", args.config)]
+    check_not_an_input(args.output, inputs)
     translator, config, _ = _load(args)
     lines, total, interactive = _input_lines(args)
     chunk = 1 if interactive else args.chunk_lines
     nbest = args.nbest is not None and args.nbest > 1 or config.decode.nbest > 1
-    out = _open_output(args.output) if args.output else sys.stdout
-    try:
-        with _progress(total, args.quiet) as bar:
-            try:
-                for index, results in enumerate(translator.translate(lines, chunk_lines=chunk)):
-                    if nbest:
-                        out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
-                    else:
-                        out.write(results[0].text + "\n")
-                    out.flush()
-                    bar.update()
-            except UnicodeDecodeError as exc:
-                raise UserError(f"the input is not valid UTF-8 ({exc.reason}); convert it to UTF-8") from None
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    done = 0
+    try:  # the output file appears (atomically) only once every line is translated
+        output = atomic_output(args.output) if args.output else contextlib.nullcontext(sys.stdout)
+        with output as out, _progress(total, args.quiet) as bar:
+            for index, results in enumerate(translator.translate(lines, chunk_lines=chunk)):
+                if nbest:
+                    out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
+                else:
+                    out.write(results[0].text + "\n")
+                out.flush()
+                done += 1
+                bar.update()
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through `fileio.signals_raise`
+        where = f"{args.output} was not written (it keeps its previous contents)" if args.output else "on stdout"
+        print(f"interrupted ({exc or 'SIGINT'}) after {done} translated lines: {where}", file=sys.stderr)
+        return getattr(exc, "code", 130)
     return 0
 
 
@@ -191,7 +194,7 @@ def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None
     print(format_scores(scores))
     if json_path:
         record = {k.replace(" ", "_"): v for k, v in lines.items()} | extra | scores
-        Path(json_path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text(json_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
 def _score_files(args: argparse.Namespace) -> int:
@@ -202,12 +205,22 @@ def _score_files(args: argparse.Namespace) -> int:
         raise UserError("--hyp scores existing output against --ref; it takes no --checkpoint, --src or --test-set")
     if not args.ref:
         raise UserError("--hyp needs --ref, the reference file to score it against")
+    check_not_an_input(args.json, [("--hyp", args.hyp), ("--ref", args.ref)])
     hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
     if len(hypotheses) != len(references):
         raise UserError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
     scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
     _report({"hypotheses": args.hyp, "references": args.ref}, scores, args.json)
     return 0
+
+
+def _check_outputs(args: argparse.Namespace, config: Config, output: Path) -> None:
+    """Neither the hypotheses file nor --json may be an input: the checkpoint, a config or a test-set file."""
+    inputs = [("--checkpoint", args.checkpoint), ("--config", args.config), ("--src", args.src), ("--ref", args.ref)]
+    split = getattr(config.data, args.split) if not (args.src or args.test_set) else None
+    inputs += [(f"data.{args.split}", p) for p in (split.src, split.tgt, split.tsv)] if split else []
+    check_not_an_input(output, inputs)
+    check_not_an_input(args.json, [*inputs, ("the hypotheses file", output)])
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -223,12 +236,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     sources, references, description, name = _test_set(args, config)
     checkpoint = Path(args.checkpoint)
     output = Path(args.output) if args.output else checkpoint.parent / f"{checkpoint.stem}.{name}.hyp"
+    _check_outputs(args, config, output)
     hypotheses = []
     with _progress(len(sources), args.quiet) as bar:
         for results in translator.translate(sources):
             hypotheses.append(results[0].text)
             bar.update()
-    with _open_output(str(output)) as f:
+    with atomic_output(output) as f:
         f.writelines(h + "\n" for h in hypotheses)
     scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
     lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",

@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import random
 import signal
 import time
 from collections.abc import Iterator
@@ -23,79 +22,21 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer import training
-from transformer.attention import avoid_cudnn_attention
-from transformer.checkpoint import load_checkpoint, model_state, save_checkpoint
+from transformer.checkpoint import load_checkpoint, load_weights, model_state, save_checkpoint
 from transformer.config import Config, parse_duration, save_config
+from transformer.distributed import (
+    any_rank,
+    barrier,
+    init_distributed,
+    prepare_group,
+    restore_rng_states,
+    rng_states,
+    seed_everything,
+)
 from transformer.errors import UserError
+from transformer.fileio import RunLock
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------------------------- devices
-
-
-def init_distributed() -> tuple[int, int, torch.device]:
-    """(rank, world size, device) from torchrun's environment; a single process when it is absent."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():
-            raise UserError(
-                f"process {local_rank} has no GPU: {torch.cuda.device_count()} visible; start at most that many "
-                "processes per node (torchrun --nproc_per_node), or set CUDA_VISIBLE_DEVICES= to train on the CPU"
-            )
-        avoid_cudnn_attention()
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    rank = torch.distributed.get_rank() if world > 1 else 0
-    return rank, world, device
-
-
-def _barrier() -> None:
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-
-
-def _any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when `flag` is true on any rank (stop decisions must agree)."""
-    if not torch.distributed.is_initialized():
-        return flag
-    tensor = torch.tensor([float(flag)], device=device)
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return bool(tensor.item())
-
-
-# ----------------------------------------------------------------------------------------- RNG states
-
-
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch and CUDA generator states as tensors and plain values (weights_only-safe)."""
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(tuple(v if not isinstance(v, list) else tuple(v) for v in state["python"]))
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy(), *rest))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # ----------------------------------------------------------------------------------------- the trainer
@@ -106,13 +47,19 @@ class Trainer:
 
     def __init__(self, config: Config, *, resume: bool | str = False, progress: bool = True) -> None:
         from transformer.batching import TokenBatchSampler
-        from transformer.data import prepare_data
         from transformer.model import Transformer
         from transformer.tokenizer import PAD_ID
 
         self.config, self.train_cfg = config, config.train
+        if config.data.max_tokens_per_sentence > config.model.max_positions:
+            raise UserError(
+                f"data.max_tokens_per_sentence ({config.data.max_tokens_per_sentence}) exceeds model.max_positions "
+                f"({config.model.max_positions}): such sentences do not fit the positional encoding; lower the first "
+                "or raise the second"
+            )
         self.rank, self.world, self.device = init_distributed()
         self.is_main = self.rank == 0
+        self.precision = training.resolve_precision(self.train_cfg.precision, self.device)  # before any work
         self.out_dir = Path(self.train_cfg.out_dir)
         self.progress = progress and self.is_main
         if self.train_cfg.threads:
@@ -121,13 +68,7 @@ class Trainer:
         torch.backends.cudnn.allow_tf32 = True
         seed_everything(self.train_cfg.seed)
 
-        if self.is_main:  # rank 0 trains the tokenizer and fills the cache; the others then read it
-            self.data = prepare_data(config, progress=self.progress)
-        _barrier()
-        if not self.is_main:
-            self.data = prepare_data(config, progress=False)
-        if "train" not in self.data.splits:
-            raise UserError("the config has no data.train split to train on")
+        self.data = self._prepare_data()
         self.tokenizer, self.pad_id = self.data.tokenizer, PAD_ID
         train_split = self.data.splits["train"]
         self.sampler = TokenBatchSampler(
@@ -138,18 +79,23 @@ class Trainer:
         self.accumulation = self.train_cfg.accumulation or training.micro_batch_count(
             self.train_cfg.update_tokens, mean_tokens, self.world
         )
+        too_big = training.update_size_warning(self.train_cfg.update_tokens, self.train_cfg.max_tokens, mean_tokens,
+                                               self.world, self.accumulation)  # fmt: skip
+        if too_big and self.is_main:
+            log.warning(too_big)
 
         self.model = Transformer.from_config(
             config.model, src_vocab_size=self.tokenizer.src_vocab_size,
             tgt_vocab_size=self.tokenizer.tgt_vocab_size, pad_id=PAD_ID,
         ).to(self.device)  # fmt: skip
-        self.precision = training.resolve_precision(self.train_cfg.precision, self.device)
         self.optimizer = training.make_optimizer(self.model, self.train_cfg)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
-        self.step, self.best, self.bad_validations = 0, None, 0
+        self.step, self.best, self.bad_validations, self.skipped = 0, None, 0, 0
         self.start_time, self.elapsed_before = time.time(), 0.0
         if resume:
             self._resume(self.out_dir / "checkpoint_last.pt" if resume is True else Path(resume))
+        elif self.train_cfg.init_from:
+            self._load_weights(Path(self.train_cfg.init_from))
         self.net = self.model
         if self.train_cfg.compile:
             self.net = torch.compile(self.net)
@@ -158,40 +104,67 @@ class Trainer:
             self.net = torch.nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
         self.stop_signal: str | None = None
 
+    def _prepare_data(self):
+        """Rank 0 trains the tokenizer and fills the cache while the others wait (with their own timeout, as this
+        can take longer than the process group's), then read it; evaluation splits lose pairs too long to fit."""
+        from transformer.data import drop_longer, prepare_data
+
+        group = prepare_group(parse_duration(self.train_cfg.prepare_timeout)) if self.world > 1 else None
+        data = prepare_data(self.config, progress=self.progress) if self.is_main else None
+        barrier(group)
+        data = data or prepare_data(self.config, progress=False)
+        if "train" not in data.splits:
+            raise UserError("the config has no data.train split to train on")
+        for name in ("valid", "test"):
+            if name in data.splits:
+                data.splits[name] = drop_longer(data.splits[name], self.config.model.max_positions, name)
+        return data
+
     # ---------------------------------------------------------------------------- checkpoint state
 
     def state(self) -> dict[str, Any]:
+        rng = rng_states(self.world)  # a collective: every rank calls state() (through save())
         return model_state(
             self.model, self.config, self.tokenizer, step=self.step, epoch=self.sampler.epoch,
             optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict() if self.scaler else None,
-            sampler=self.sampler.state_dict(), rng=rng_state(),
-            progress={"best": self.best, "bad_validations": self.bad_validations, "elapsed": self.elapsed()},
+            sampler=self.sampler.state_dict(), rng=rng[0], rng_ranks=rng,
+            progress={"best": self.best, "bad_validations": self.bad_validations, "elapsed": self.elapsed(),
+                      "skipped": self.skipped},
         )  # fmt: skip
 
-    def _resume(self, path: Path) -> None:
+    def _load_weights(self, path: Path) -> dict[str, Any]:
         from transformer.checkpoint import check_vocabulary
 
         state = load_checkpoint(path, map_location="cpu")
         check_vocabulary(state, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size)
-        self.model.load_state_dict(state["model"])
+        load_weights(self.model, state["model"], str(path))
+        return state
+
+    def _resume(self, path: Path) -> None:
+        from transformer.checkpoint import require_training_state
+
+        state = self._load_weights(path)
+        require_training_state(state, path)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])
-        set_rng_state(state["rng"])
+        restore_rng_states(state, self.rank, self.world)
         self.step = state["step"]
         progress = state["progress"]
         self.best, self.bad_validations, self.elapsed_before = (
             progress["best"], progress["bad_validations"], progress["elapsed"],
         )  # fmt: skip
+        self.skipped = progress.get("skipped", 0)
         log.info("resumed from %s at update %d (epoch %d)", path, self.step, self.sampler.epoch)
 
     def save(self, reason: str) -> None:
         """checkpoint_<step>.pt (full state), checkpoint_last.pt linked to it; keep the last `keep_last`."""
+        state = self.state()
         if not self.is_main:
             return
         path = self.out_dir / f"checkpoint_{self.step}.pt"
-        save_checkpoint(self.state(), path)
+        save_checkpoint(state, path)
         last = self.out_dir / "checkpoint_last.pt"
         tmp = self.out_dir / ".checkpoint_last.pt.link"
         tmp.unlink(missing_ok=True)
@@ -225,6 +198,13 @@ class Trainer:
             signal.signal(sig, handler)
 
     def run(self) -> dict[str, Any]:
+        """Train; the run directory is locked (train.lock) meanwhile, so a second run on it is refused."""
+        if not self.is_main:
+            return self._run()
+        with RunLock(self.out_dir):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         cfg = self.train_cfg
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -244,12 +224,13 @@ class Trainer:
         if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
         self.save(reason)
-        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
+        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed(),
+                 "skipped": self.skipped}  # fmt: skip
         if self.is_main:
             from transformer.plotting import plot_curves
 
             plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
-        _barrier()
+        barrier()
         return final
 
     def _train_loop(self, bar: tqdm, max_time: float) -> str:
@@ -262,26 +243,32 @@ class Trainer:
             micro = [b for _, b in zip(range(self.accumulation), batches)]
             if not micro:
                 return "max_epochs"
-            self.step += 1
             stats = training.train_update(
-                self.net, micro, self.optimizer, lr=training.learning_rate(self.step, cfg, self.config.model),
+                self.net, micro, self.optimizer, lr=training.learning_rate(self.step + 1, cfg, self.config.model),
                 train=cfg, precision=self.precision, scaler=self.scaler, pad_id=self.pad_id,
             )  # fmt: skip
-            nonfinite = nonfinite + 1 if not math.isfinite(stats.loss) else 0
+            nonfinite = nonfinite + 1 if stats.nonfinite else 0
             if nonfinite >= cfg.nan_patience:
                 raise UserError(
-                    f"the loss was not finite for {nonfinite} updates in a row (update {self.step}): lower the "
-                    "learning rate or lengthen the warmup, clip gradients (train.clip_norm), or use bf16 instead of "
-                    "fp16"
+                    f"the loss or the gradients were not finite for {nonfinite} updates in a row (after update "
+                    f"{self.step}): lower the learning rate or lengthen the warmup, clip gradients (train.clip_norm), "
+                    "or use bf16 instead of fp16"
                 )
             window.add(stats)
+            if stats.skipped:  # the schedule, max_steps and the step count advance on applied updates only
+                self.skipped += 1
+                reason = self._stop_reason(max_time)
+                continue
+            self.step += 1
             if self.step % cfg.log_every == 0:
                 self._log_train(window, bar)
             bar.update(1)
             if cfg.valid_every and self.step % cfg.valid_every == 0 and self._validate():
                 reason = "patience"
             reason = reason or self._stop_reason(max_time)
-            minutes_due = cfg.save_every_minutes and time.time() - last_save >= 60 * cfg.save_every_minutes
+            minutes_due = bool(cfg.save_every_minutes) and any_rank(  # ranks must agree: saving is a collective
+                time.time() - last_save >= 60 * cfg.save_every_minutes, self.device
+            )
             if reason is None and ((cfg.save_every and self.step % cfg.save_every == 0) or minutes_due):
                 self.save("scheduled")
                 last_save = time.time()
@@ -295,7 +282,7 @@ class Trainer:
             reason = "max_steps"
         elif self.elapsed() >= max_time:
             reason = "max_time"
-        if self.world > 1 and _any_rank(reason is not None, self.device):
+        if self.world > 1 and any_rank(reason is not None, self.device):
             reason = reason or "another rank stopped"
         return reason
 
@@ -332,7 +319,7 @@ class Trainer:
             else:
                 self.bad_validations += 1
                 stop = bool(self.train_cfg.patience) and self.bad_validations >= self.train_cfg.patience
-        return _any_rank(stop, self.device)
+        return any_rank(stop, self.device)
 
 
 def validate(model, data, config: Config, precision: str, device: torch.device) -> dict[str, float]:

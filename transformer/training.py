@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, TrainConfig
+from transformer.errors import UserError
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -73,7 +74,9 @@ def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimize
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> bf16 on a GPU that supports it, else fp32. fp16 needs CUDA."""
+    """'auto' -> bf16 on a GPU that supports it, else fp32. fp16 needs CUDA (refused before the first update)."""
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError("train.precision fp16 needs a CUDA device; on the CPU use fp32 (or auto, the default)")
     if precision == "auto":
         cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return "bf16" if cuda_bf16 else "fp32"
@@ -94,7 +97,8 @@ class UpdateStats:
     nll: float  # negative log-likelihood per target token (log of the perplexity)
     tokens: int  # target tokens in the update, over all micro-batches and devices
     grad_norm: float  # global gradient norm before clipping (nan when the step was skipped)
-    skipped: bool  # fp16 overflow or non-finite loss: no parameter change
+    skipped: bool  # fp16 overflow, or a non-finite loss or gradient: no parameter change
+    nonfinite: bool = False  # a non-finite loss, or a non-finite gradient without a GradScaler (nan_patience)
 
 
 def _sync_context(model: nn.Module, last: bool) -> contextlib.AbstractContextManager:
@@ -148,17 +152,25 @@ def train_update(
 
 
 def _apply_update(model, optimizer, *, lr: float, train: TrainConfig, scaler, stats: UpdateStats) -> UpdateStats:
-    """Unscale, clip, and step; skip the step on a non-finite loss or an fp16 overflow."""
+    """Unscale, clip, and step; skip the step on a non-finite loss or gradient, or an fp16 overflow.
+
+    Without a GradScaler (fp32, bf16) nothing else would catch a NaN/inf gradient under a finite loss: clipping
+    would spread it and Adam would write it into every weight.
+    """
     for group in optimizer.param_groups:
         group["lr"] = lr
     if not math.isfinite(stats.loss):
         optimizer.zero_grad(set_to_none=True)
-        stats.skipped = True
+        stats.skipped = stats.nonfinite = True
         return stats
     if scaler is not None:
         scaler.unscale_(optimizer)
     max_norm = train.clip_norm if train.clip_norm > 0 else math.inf
     stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    if scaler is None and not math.isfinite(stats.grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        stats.skipped = stats.nonfinite = True
+        return stats
     if scaler is not None:
         scale_before = scaler.get_scale()
         scaler.step(optimizer)
@@ -172,6 +184,22 @@ def _apply_update(model, optimizer, *, lr: float, train: TrainConfig, scaler, st
 def micro_batch_count(update_tokens: int, mean_batch_tokens: float, world_size: int) -> int:
     """Micro-batches per device per update so that one update holds about `update_tokens` target tokens."""
     return max(1, round(update_tokens / max(mean_batch_tokens * world_size, 1.0)))
+
+
+def update_size_warning(
+    update_tokens: int, max_tokens: int, mean_batch_tokens: float, world_size: int, accumulation: int
+) -> str | None:
+    """A warning when updates will hold far more than `update_tokens` target tokens (more than 1.5 times), as when
+    many devices each fill one micro-batch of `max_tokens`; None when the update size is about right."""
+    expected = mean_batch_tokens * world_size * accumulation
+    if expected <= 1.5 * update_tokens:
+        return None
+    return (
+        f"updates will hold about {expected:,.0f} target tokens ({world_size} device(s) x {accumulation} "
+        f"micro-batch(es) of about {mean_batch_tokens:,.0f}), {expected / update_tokens:.1f}x train.update_tokens "
+        f"({update_tokens:,}); lower train.max_tokens to about {max_tokens * update_tokens / expected:,.0f} to "
+        "honour it, or raise train.update_tokens and retune the learning rate"
+    )
 
 
 @torch.no_grad()
