@@ -111,8 +111,8 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], sourc
     if not (missing or unexpected or differ):
         model.load_state_dict(weights)
         return
-    problems = [f"{k} is {_size(weights[k])} in {source} but {_size(expected[k])} in the model" for k in sorted(differ)]
-    problems += [f"{k} is missing from {source}" for k in missing] + [f"{k} is not in the model" for k in unexpected]
+    problems = [f"{k} is {_size(weights[k])} there but {_size(expected[k])} in the model" for k in sorted(differ)]
+    problems += [f"{k} is missing there" for k in missing] + [f"{k} is not in the model" for k in unexpected]
     more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
     raise UserError(
         f"{source} does not fit the model: {'; '.join(problems[:2])}{more}; use the model settings it was trained "
