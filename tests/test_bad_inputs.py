@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import tiny_checkpoint
 import torch
+from fs_faults import readonly_dir
 
 from transformer import cli
 from transformer.checkpoint import average_checkpoints, load_checkpoint, model_state, save_checkpoint
@@ -390,3 +391,22 @@ def test_closed_stdin_in_a_real_process(world):
     assert closed.returncode == 2 and closed.stderr.strip() == (
         "error: standard input is closed: give the text as arguments or with --input FILE"
     ), closed.stderr
+
+
+READ_ONLY = [  # the read-only folder is {ro}; where the platform cannot make one, these are skipped
+    ("prepare", prepare_args("data.cache_dir={ro}/cache", "data.vocab_size=200")),
+    ("train", train_args("train.out_dir={ro}/run", "train.max_steps=1")),
+    ("evaluate", ["--hyp", "{ref}", "--ref", "{ref}", "--json", "{ro}/scores.json"]),
+    ("average", ["--inputs", "{ckpt}", "--output", "{ro}/avg.pt"]),
+    ("translate", ["--checkpoint", "{ckpt}", "--output", "{ro}/out.txt", "the cat"]),
+]
+
+
+@pytest.mark.parametrize("command, argv", READ_ONLY, ids=[c for c, _ in READ_ONLY])
+def test_read_only_folder(command, argv, world, tmp_path, capsys):
+    with readonly_dir(tmp_path / "ro", {"out.txt": b"old\n"}) as ro:
+        code = MAINS[command]([a.format(tmp=tmp_path, ro=ro, **world) for a in argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith("error: cannot ") and "\n" not in err, err
+        assert "read-only" in err or "permission denied" in err
+        assert os.listdir(ro) == ["out.txt"] and (ro / "out.txt").read_bytes() == b"old\n"

@@ -123,3 +123,32 @@ def test_average_cli(tmp_path, capsys):
     assert load_checkpoint(tmp_path / "avg.pt")["averaged_from"][-1].endswith("checkpoint_3.pt")
     assert average_main(["--dir", str(tmp_path / "empty"), "--output", str(tmp_path / "x.pt")]) == 2
     assert "no numbered checkpoints" in capsys.readouterr().err
+
+
+def test_average_reads_one_checkpoint_at_a_time_and_sums_in_float64(tmp_path, monkeypatch):
+    """No earlier checkpoint is alive when the next is read; float32 sums would lose the 1 next to 1e8 (ulp 8)."""
+    import gc
+    import weakref
+
+    values = [1e8, 1.0, -1e8]
+    paths = []
+    for i, value in enumerate(values):
+        paths.append(tmp_path / f"c{i}.pt")
+        state = {"model": {"w": torch.full((3,), value)}, "config": {}, "vocab": {"src": 5, "tgt": 5}}
+        save_checkpoint({**state, "optimizer": {"m": torch.zeros(1000)}}, paths[-1])
+    refs, alive = [], []
+    real_load = checkpoint.load_checkpoint
+
+    def tracking_load(path, **kwargs):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in refs))
+        state = real_load(path, **kwargs)
+        refs.append(weakref.ref(state["model"]["w"]))
+        return state
+
+    monkeypatch.setattr(checkpoint, "load_checkpoint", tracking_load)
+    averaged = average_checkpoints(paths)
+    assert alive == [0, 0, 0]
+    assert averaged["model"]["w"].dtype == torch.float32
+    assert torch.equal(averaged["model"]["w"], torch.full((3,), 1 / 3, dtype=torch.float64).float())
+    assert "optimizer" not in averaged

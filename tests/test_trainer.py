@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,137 @@ def test_early_stopping_on_patience(tmp_path, monkeypatch):
     result = Trainer(config, progress=False).run()
     assert result["reason"] == "patience" and result["step"] == 6
     assert load_checkpoint(tmp_path / "run/best.pt")["step"] == 2
+
+
+# ------------------------------------------------------------------------ issue 16: training-loop defects
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _config(tmp_path: Path, cache: Path, *overrides: str):
+    settings = [f"train.out_dir={tmp_path / 'run'}", f"data.cache_dir={cache}", "train.valid_every=0", *overrides]
+    return load_config(TINY, settings)
+
+
+def _fake_updates(monkeypatch, outcomes):
+    """Replace the update with one that records its learning rate and returns `outcomes(call number)`."""
+    from transformer import training
+
+    calls = []
+
+    def update(net, micro, optimizer, *, lr, **kwargs):
+        calls.append(lr)
+        skipped, nonfinite = outcomes(len(calls))
+        return training.UpdateStats(1.0, 1.0, 10, 1.0, skipped, nonfinite)
+
+    monkeypatch.setattr(training, "train_update", update)
+    return calls
+
+
+def test_skipped_updates_do_not_advance_the_schedule_or_max_steps(tmp_path, cache, monkeypatch):
+    """Updates 2 and 3 are skipped (an fp16 overflow): they keep update 2's rate and do not count toward max_steps."""
+    from transformer import training
+
+    calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), False))
+    config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0")
+    result = Trainer(config, progress=False).run()
+    assert calls == [training.learning_rate(s, config.train, config.model) for s in (1, 2, 2, 2, 3, 4)]
+    assert result["step"] == 4 and result["skipped"] == 2
+    state = load_checkpoint(tmp_path / "run/checkpoint_last.pt")
+    assert state["step"] == 4 and state["progress"]["skipped"] == 2
+
+
+def test_nan_patience_counts_non_finite_gradients(tmp_path, cache, monkeypatch, capsys):
+    _fake_updates(monkeypatch, lambda n: (True, n > 1))  # an overflow, then non-finite gradients
+    code = train_main(_args(tmp_path, "run", f"data.cache_dir={cache}", "train.nan_patience=3", "train.valid_every=0"))
+    err = capsys.readouterr().err
+    assert code == 2 and "were not finite for 3 updates in a row (after update 0)" in err, err
+    assert not (tmp_path / "run/train.lock").exists()  # the lock is released on the way out
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this platform")
+def test_a_full_disk_while_saving_keeps_the_last_good_checkpoint(tmp_path, cache, monkeypatch, capsys):
+    """The checkpoint of update 4 meets a full disk (torch's real error from /dev/full): one line, exit 2, and
+    checkpoint_last.pt is still update 2's, whole."""
+    real_save = torch.save
+
+    def save(obj, f):
+        if obj.get("step") == 4:
+            with open("/dev/full", "wb") as full:
+                real_save(obj, full)
+        real_save(obj, f)
+
+    monkeypatch.setattr(torch, "save", save)
+    args = _args(tmp_path, "run", f"data.cache_dir={cache}", "train.max_steps=6", "train.save_every=2",
+                 "train.valid_every=0")  # fmt: skip
+    code = train_main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: cannot write") and "disk is full" in err and "\n" not in err, err
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "run/checkpoint_last.pt")["step"] == 2
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp") or p.name == "train.lock"]
+
+
+def test_init_from_starts_a_new_run_from_weights_only(tmp_path, cache):
+    from transformer.checkpoint import average_checkpoints, save_checkpoint
+
+    Trainer(_config(tmp_path, cache, "train.max_steps=2"), progress=False).run()
+    save_checkpoint(average_checkpoints([tmp_path / "run/checkpoint_last.pt"]), tmp_path / "avg.pt")
+    config = _config(tmp_path / "new", cache, f"train.init_from={tmp_path / 'avg.pt'}")
+    trainer = Trainer(config, progress=False)
+    averaged = load_checkpoint(tmp_path / "avg.pt")["model"]
+    assert trainer.step == 0 and not trainer.optimizer.state
+    assert all(torch.equal(v, averaged[k]) for k, v in trainer.model.state_dict().items())
+
+
+def test_evaluation_pairs_longer_than_max_positions_are_left_out(tmp_path, cache, caplog):
+    """Some verses of the valid split exceed 100 tokens: validation leaves them out (counted) instead of crashing."""
+    config = _config(tmp_path, cache, "model.max_positions=100", "data.max_tokens_per_sentence=100",
+                     "train.max_steps=1", "train.valid_bleu=false")  # fmt: skip
+    with caplog.at_level("WARNING"):
+        trainer = Trainer(config, progress=False)
+    match = re.search(r"valid: left out (\d+) of 40 pairs longer than model.max_positions \(100 tokens\)", caplog.text)
+    assert match and int(match[1]) > 0, caplog.text
+    assert len(trainer.data.splits["valid"]) == 40 - int(match[1])
+    assert (
+        trainer.data.splits["valid"].src_lengths.max() <= 100 and trainer.data.splits["valid"].tgt_lengths.max() <= 100
+    )
+    assert trainer.run()["step"] == 1
+
+
+def test_each_rank_gets_its_own_random_state_back():
+    from transformer.distributed import restore_rng_states, rng_state
+
+    torch.manual_seed(1)
+    first = rng_state()
+    torch.manual_seed(2)
+    second = rng_state()
+    restore_rng_states({"rng": first, "rng_ranks": [first, second]}, rank=1, world=2)
+    assert torch.equal(torch.get_rng_state(), second["torch"])
+    restore_rng_states({"rng": first}, rank=0, world=1)  # a checkpoint from before per-rank states
+    assert torch.equal(torch.get_rng_state(), first["torch"])
+
+
+def _torchrun(tmp_path: Path, out: str, port: int, *overrides: str, resume: bool = False) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           "-m", "transformer.cli", "train", *_args(tmp_path, out, *overrides)]  # fmt: skip
+    cmd += ["--resume"] if resume else []
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_ddp_resume_restores_every_ranks_random_state(tmp_path):
+    """2 gloo processes with dropout: 3 updates + resume to 6 == 6 updates, so each rank got its own RNG back."""
+    common = ["train.valid_every=0", "train.max_tokens=512", "train.accumulation=1", "train.save_every=0"]
+    _torchrun(tmp_path, "full", 29541, *common, "train.max_steps=6")  # the first run also fills the cache
+    _torchrun(tmp_path, "split", 29542, *common, "train.max_steps=3")
+    state = load_checkpoint(tmp_path / "split/checkpoint_last.pt")
+    assert len(state["rng_ranks"]) == 2
+    assert not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
+    _torchrun(tmp_path, "split", 29543, *common, "train.max_steps=6", resume=True)
+    assert _losses(tmp_path / "split") == _losses(tmp_path / "full")

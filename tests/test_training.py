@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -142,3 +143,33 @@ def test_micro_batch_count():
     assert training.micro_batch_count(25000, 3000, 1) == 8
     assert training.micro_batch_count(25000, 3000, 8) == 1
     assert training.micro_batch_count(100, 3000, 1) == 1
+
+
+@pytest.mark.parametrize("clip_norm", [0.0, 1.0])
+def test_non_finite_gradient_under_a_finite_loss_skips_the_update(clip_norm):
+    """Without a GradScaler nothing else catches it: clipping would spread the NaN and Adam write it everywhere."""
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.encoder.layers[0].ff.linear1.weight.register_hook(lambda grad: grad * float("nan"))
+    stats, optimizer = _update(model, random_task(1, seed=0), TrainConfig(clip_norm=clip_norm))
+    assert math.isfinite(stats.loss) and not math.isfinite(stats.grad_norm)
+    assert stats.skipped and stats.nonfinite
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not optimizer.state  # Adam took no step (its moments would otherwise hold the NaN)
+
+
+def test_fp16_on_cpu_is_refused_before_training():
+    from transformer.errors import UserError
+
+    with pytest.raises(UserError, match="fp16 needs a CUDA device"):
+        training.resolve_precision("fp16", torch.device("cpu"))
+
+
+def test_update_size_warning():
+    """The issue's example: 8 GPUs each filling one ~7k-token micro-batch make ~56k-token updates, not 25k."""
+    warning = training.update_size_warning(25000, 8192, 7000, world_size=8, accumulation=1)
+    assert warning and "about 56,000 target tokens" in warning and "2.2x train.update_tokens (25,000)" in warning
+    assert "lower train.max_tokens to about 3,657" in warning  # 8192 * 25000 / 56000
+    assert training.update_size_warning(25000, 4096, 3000, world_size=1, accumulation=8) is None
+    assert training.update_size_warning(25000, 8192, 7000, world_size=4, accumulation=1) is None  # 28k: close

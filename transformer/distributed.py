@@ -7,6 +7,7 @@ One process per device; under `torchrun` the processes form a DDP group. Each ra
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 import os
 import random
@@ -98,9 +99,11 @@ def rng_states(world: int) -> list[dict[str, Any]]:
     local = rng_state()
     if world == 1 or not torch.distributed.is_initialized():
         return [local]
-    states: list[Any] = [None] * world
-    torch.distributed.all_gather_object(states, local)
-    return states
+    buffer = io.BytesIO()
+    torch.save(local, buffer)  # sent as bytes: all_gather_object cannot round-trip tensors on every torch version
+    blobs: list[Any] = [None] * world
+    torch.distributed.all_gather_object(blobs, buffer.getvalue())
+    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
 
 
 def restore_rng_states(checkpoint: dict[str, Any], rank: int, world: int) -> None:

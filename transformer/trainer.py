@@ -118,6 +118,8 @@ class Trainer:
         for name in ("valid", "test"):
             if name in data.splits:
                 data.splits[name] = drop_longer(data.splits[name], self.config.model.max_positions, name)
+                if not len(data.splits[name]):
+                    del data.splits[name]  # nothing fits: no validation rather than a crash
         return data
 
     # ---------------------------------------------------------------------------- checkpoint state
