@@ -41,12 +41,13 @@ def test_atomic_output_replaces_only_on_success(tmp_path):
 def test_a_signal_while_writing_keeps_the_old_file(tmp_path):
     path = tmp_path / "out.txt"
     path.write_text("old\n")
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as info, signals_raise(), atomic_output(path) as f:
         f.write("partial\n")
         os.kill(os.getpid(), signal.SIGTERM)
     assert info.value.code == 128 + signal.SIGTERM
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the block
+    assert signal.getsignal(signal.SIGTERM) is before  # restored after the block
 
 
 def test_devices_are_written_directly(tmp_path):

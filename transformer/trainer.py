@@ -201,10 +201,15 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train; the run directory is locked (train.lock) meanwhile, so a second run on it is refused."""
-        if not self.is_main:
-            return self._run()
-        with RunLock(self.out_dir):
-            return self._run()
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if not self.is_main:
+                return self._run()
+            with RunLock(self.out_dir):
+                return self._run()
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
 
     def _run(self) -> dict[str, Any]:
         cfg = self.train_cfg
