@@ -50,6 +50,16 @@ def test_a_signal_while_writing_keeps_the_old_file(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before  # restored after the block
 
 
+def test_links_are_followed_and_permissions_kept(tmp_path):
+    target = tmp_path / "target.txt"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    (tmp_path / "link.txt").symlink_to(target)
+    write_text(tmp_path / "link.txt", "new\n")
+    assert (tmp_path / "link.txt").is_symlink() and target.read_text() == "new\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
 def test_devices_are_written_directly(tmp_path):
     with atomic_output("/dev/null") as f:  # never renamed over: /dev/null stays a device
         f.write("x")

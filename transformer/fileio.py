@@ -71,8 +71,11 @@ def check_not_an_input(output: str | Path | None, inputs: Iterable[tuple[str, st
 
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """A file object for `path` that replaces it only on success (see the module docstring)."""
-    path = Path(path)
+    """A file object for `path` that replaces it only on success (see the module docstring).
+
+    A symbolic link is followed (its target is replaced, the link kept); an existing file keeps its permissions.
+    """
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     binary = "b" in mode
     encoding = None if binary else "utf-8"
     if path.exists() and not path.is_file() and not path.is_dir():  # /dev/null, /dev/full, a FIFO
@@ -92,7 +95,7 @@ def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the output gets the usual permissions
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~_umask())  # mkstemp's is 0600
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -197,28 +200,40 @@ class RunLock:
         except (OSError, ValueError):
             return None
 
+    def check(self) -> bool:
+        """Refuse (`UserError`) when a live process holds the lock; False when it is free, True when stale."""
+        holder = self._holder() if self.path.exists() else None
+        if holder is None:
+            return self.path.exists()
+        if holder[1] == socket.gethostname() and not _alive(holder[0]):
+            return True  # left by a run that was killed
+        raise UserError(
+            f"{self.path.parent} is in use by another training run (PID {holder[0]} on {holder[1]}); wait for it "
+            f"to finish, stop it, or choose another train.out_dir (remove {self.path} if that process is not a "
+            "training run)"
+        )
+
     def acquire(self) -> None:
-        me = f"{os.getpid()} {socket.gethostname()}"
-        for _ in range(3):
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is None or (holder[1] == socket.gethostname() and not _alive(holder[0])):
-                    self.path.unlink(missing_ok=True)  # stale: left by a run that was killed
+        """Write our PID to a private file, then hard-link it to `train.lock`: the link fails if the lock exists,
+        and a lock is never seen half-written."""
+        mine = self.path.with_name(f".train.lock.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            mine.write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+            for _ in range(3):
+                try:
+                    os.link(mine, self.path)
+                except FileExistsError:
+                    if self.check():
+                        self.path.unlink(missing_ok=True)  # stale
                     continue
-                raise UserError(
-                    f"{self.path.parent} is in use by another training run (PID {holder[0]} on {holder[1]}); wait "
-                    f"for it to finish, stop it, or choose another train.out_dir (remove {self.path} if that "
-                    "process is not a training run)"
-                ) from None
-            except OSError as exc:
-                raise os_error(exc, self.path.parent, "create the run directory") from None
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(me + "\n")
-            self.held = True
-            return
+                self.held = True
+                return
+        except OSError as exc:
+            raise os_error(exc, self.path.parent, "create the run directory") from None
+        finally:
+            with contextlib.suppress(OSError):
+                mine.unlink()
         raise UserError(f"cannot take the lock {self.path}: other processes keep taking it; try again")
 
     def release(self) -> None:

@@ -61,6 +61,8 @@ class Trainer:
         self.is_main = self.rank == 0
         self.precision = training.resolve_precision(self.train_cfg.precision, self.device)  # before any work
         self.out_dir = Path(self.train_cfg.out_dir)
+        if self.is_main:
+            RunLock(self.out_dir).check()  # refuse a busy run directory now; run() takes the lock
         self.progress = progress and self.is_main
         if self.train_cfg.threads:
             torch.set_num_threads(self.train_cfg.threads)
