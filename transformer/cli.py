@@ -151,6 +151,27 @@ def translate_main(argv: list[str] | None = None) -> int:
     return run_translate(args)
 
 
+def _scoring_args(parser: argparse.ArgumentParser) -> None:
+    """sacreBLEU's scoring options, named as its own command line names them."""
+    from transformer.evaluation import METRIC_NAMES, TOKENIZERS
+
+    group = parser.add_argument_group("scoring (sacreBLEU)")
+    group.add_argument("--metrics", "-m", nargs="+", choices=METRIC_NAMES, default=["bleu", "chrf"],
+                       help="metrics to compute")  # fmt: skip
+    group.add_argument("--tokenize", "-tok", choices=TOKENIZERS, help="BLEU tokenization (default: 13a; zh, "
+                       "ja-mecab, ko-mecab need sacreBLEU's extras)")  # fmt: skip
+    group.add_argument("--lowercase", "-lc", action="store_true", help="case-insensitive BLEU and chrF")
+    group.add_argument("--chrf-word-order", "-cw", type=int, default=0, help="chrF word n-gram order (2 = chrF++)")
+    paired = group.add_mutually_exclusive_group()
+    paired.add_argument("--paired-bs", action="store_true", help="paired bootstrap resampling test between --hyp "
+                        "systems, against the first")  # fmt: skip
+    paired.add_argument("--paired-ar", action="store_true", help="paired approximate randomisation test instead")
+    group.add_argument("--paired-n", type=int, default=0, help="resamples (bs) or trials (ar); 0 = sacreBLEU's "
+                       "defaults, 1000 and 10000")  # fmt: skip
+    group.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU "
+                       "(Moses tokenizer with sacremoses installed, else 13a; labelled)")  # fmt: skip
+
+
 @user_errors_exit_2
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
@@ -161,14 +182,18 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     )
     _decoding_args(parser)
     parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
-    parser.add_argument("--src", help="source file to translate (with --ref)")
-    parser.add_argument("--ref", help="reference file, line-aligned")
+    parser.add_argument("--src", help="source file to translate (with --ref; '-' = standard input)")
+    parser.add_argument("--ref", nargs="+", metavar="REF", help="reference file(s), line-aligned; several = "
+                        "multi-reference scoring; '-' = standard input")  # fmt: skip
     parser.add_argument("--test-set", help="a sacreBLEU test set, e.g. wmt14/full (downloaded; needs the internet)")
     parser.add_argument("--langpair", help="with --test-set, e.g. en-de")
-    parser.add_argument("--hyp", help="score this existing output against --ref, without a model")
-    parser.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU")
-    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it)")
-    parser.add_argument("--json", help="also write the scores and what produced them to this JSON file")
+    parser.add_argument("--hyp", nargs="+", metavar="SYS", help="score existing output(s) against --ref, without "
+                        "a model; several systems: the first is the paired tests' baseline; '-' = stdin")  # fmt: skip
+    _scoring_args(parser)
+    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it; "
+                        "'-' = standard output, the report then goes to standard error)")  # fmt: skip
+    parser.add_argument("--json", help="also write the scores, signatures and what produced them as JSON to this "
+                        "file ('-' = standard output, the report then goes to standard error)")  # fmt: skip
     args = parser.parse_args(argv)
     from transformer.inference import run_evaluate
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from transformer.config import Config, DataConfig
-from transformer.corpus import load_pairs, split_identity
+from transformer.corpus import describe_split, load_pairs, split_identity
 from transformer.errors import UserError
 from transformer.tokenizer import Tokenizer
 
@@ -303,7 +303,7 @@ def prepare_data(
     def read(name: str) -> tuple[list[str], list[str]]:  # each split is read at most once
         if name not in pairs:
             split = getattr(data, name)
-            log.info("%s: reading %s", name, split.tsv or split.src or split.dataset)
+            log.info("%s: reading %s", name, describe_split(split))
             pairs[name] = load_pairs(split, data)
         return pairs[name]
 

@@ -19,6 +19,7 @@ the scores; `--json F` writes the same as JSON. `--hyp F --ref F` scores existin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -78,10 +79,27 @@ def _load(args: argparse.Namespace):
     return Translator(model, tokenizer, config.decode, device=device, precision=args.precision), config, device
 
 
+@contextlib.contextmanager
 def _progress(total: int | None, quiet: bool):
+    """A per-sentence progress bar on stderr (a terminal only); log lines (truncation warnings) go above it."""
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
-    return tqdm(total=total, unit="line", file=sys.stderr, disable=quiet or not sys.stderr.isatty(), leave=False)
+    with logging_redirect_tqdm(), tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
+                                       disable=quiet or not sys.stderr.isatty(), leave=False) as bar:  # fmt: skip
+        yield bar
+
+
+def _prompted_stdin() -> Iterator[str]:
+    """Lines typed at a terminal, each after a prompt on stderr; Ctrl-D ends."""
+    print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
+    while True:
+        print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            print(file=sys.stderr)
+            return
+        yield line.rstrip("\r\n")
 
 
 # ------------------------------------------------------------------------------------------------- translate
@@ -107,7 +125,9 @@ def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, b
         with open(args.input, "rb") as f:
             total = sum(1 for _ in f)
         return lines, total, False
-    return (line.rstrip("\r\n") for line in sys.stdin), None, sys.stdin.isatty()
+    if sys.stdin.isatty():
+        return _prompted_stdin(), None, True
+    return (line.rstrip("\r\n") for line in sys.stdin), None, False
 
 
 def _open_output(path: str):
@@ -125,17 +145,16 @@ def run_translate(args: argparse.Namespace) -> int:
     lines, total, interactive = _input_lines(args)
     chunk = 1 if interactive else args.chunk_lines
     nbest = args.nbest is not None and args.nbest > 1 or config.decode.nbest > 1
-    out = _open_output(args.output) if args.output else sys.stdout
+    out = _open_output(args.output) if args.output and args.output != "-" else sys.stdout
     try:
-        with _progress(total, args.quiet) as bar:
+        with _progress(total, args.quiet or interactive) as bar:
             try:
-                for index, results in enumerate(translator.translate(lines, chunk_lines=chunk)):
+                for index, results in enumerate(translator.translate(lines, chunk_lines=chunk, progress=bar.update)):
                     if nbest:
                         out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
                     else:
                         out.write(results[0].text + "\n")
                     out.flush()
-                    bar.update()
             except UnicodeDecodeError as exc:
                 raise UserError(f"the input is not valid UTF-8 ({exc.reason}); convert it to UTF-8") from None
     finally:
@@ -150,8 +169,10 @@ def run_translate(args: argparse.Namespace) -> int:
 def _describe_split(name: str, split: SplitConfig) -> str:
     if split.tsv:
         where = f"{split.tsv} (columns {split.tsv_columns[0]}, {split.tsv_columns[1]})"
-    elif split.src:
-        where = f"{split.src} / {split.tgt}"
+    elif split.src or split.corpora:
+        from transformer.corpus import describe_split
+
+        where = describe_split(split)
     else:
         where = f"datasets {split.dataset}" + (f" {split.config}" if split.config else "") + f" split {split.split}"
     return f"config data.{name}: {where}" + (f", first {split.max_examples}" if split.max_examples else "")
@@ -171,10 +192,10 @@ def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list
     if args.src or args.ref:
         if not (args.src and args.ref):
             raise UserError("--src and --ref go together (or use --hyp F --ref F to score existing output)")
-        sources, references = read_lines(args.src), read_lines(args.ref)
+        sources, references = _read_text(args.src), _read_text(args.ref[0])
         if len(sources) != len(references):
-            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-        return sources, references, f"{args.src} -> {args.ref}", Path(args.src).name
+            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref[0]} has {len(references)}")
+        return sources, references, f"{args.src} -> {' '.join(args.ref)}", Path(args.src).name
     split = getattr(config.data, args.split)
     if split is None:
         raise UserError(f"the config has no data.{args.split} split: pass --src F --ref F or --test-set NAME")
@@ -182,37 +203,73 @@ def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list
     return sources, references, _describe_split(args.split, split), args.split
 
 
-def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None, **extra: Any) -> None:
-    """Print what was scored and the scores; `json_path` gets the same (and `extra`) as JSON."""
-    from transformer.evaluation import format_scores
+def _read_text(path: str) -> list[str]:
+    """Lines of a file, or of standard input for `-`."""
+    from transformer.corpus import read_lines
+
+    if path == "-":
+        return [line.rstrip("\r\n").strip() for line in sys.stdin]
+    return read_lines(path)
+
+
+def _scores(systems: dict[str, list[str]], references: list[list[str]], args: argparse.Namespace, lang=None):
+    """sacreBLEU's scores of every system (evaluation.score_systems) as a record, plus the first system's under
+    the flat keys (bleu, bleu_signature, chrf, ter, ...) and the paper-style BLEU on request."""
+    from transformer.evaluation import TOK_BLEU_LABEL, score_systems, tokenized_bleu
+
+    paired = "bs" if args.paired_bs else "ar" if args.paired_ar else None
+    record = score_systems(
+        systems, references, metrics=args.metrics, tokenize=args.tokenize, lowercase=args.lowercase,
+        chrf_word_order=args.chrf_word_order, paired=paired, paired_n=args.paired_n,
+    )  # fmt: skip
+    for name, score in record["systems"][0]["scores"].items():
+        key = "chrf" if name.startswith("chrF") else name.lower()
+        record |= {key: score["score"], f"{key}_signature": score["signature"], f"{key}_detail": score["detail"]}
+    if args.tok_bleu:
+        record["tok_bleu"], record["tok_bleu_detail"] = tokenized_bleu(next(iter(systems.values())), references[0], lang)
+        record["tok_bleu_label"] = TOK_BLEU_LABEL
+    return record
+
+
+def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None, *, to_stderr=False, **extra) -> None:
+    """Print what was scored and the scores; `json_path` gets the same (and `extra`) as JSON (`-`: standard
+    output, and the human-readable lines go to standard error)."""
+    from transformer.evaluation import format_systems
 
     width = max(len(k) for k in lines) + 1
-    print("\n".join(f"{key + ':':<{width}} {value}" for key, value in lines.items() if value is not None))
-    print(format_scores(scores))
+    text = "\n".join(f"{key + ':':<{width}} {value}" for key, value in lines.items() if value is not None)
+    text += "\n" + format_systems(scores)
+    if "tok_bleu" in scores:
+        text += f"\n{scores['tok_bleu_label']}: {scores['tok_bleu']:.2f}\n        {scores['tok_bleu_detail']}"
+    print(text, file=sys.stderr if to_stderr or json_path == "-" else sys.stdout)
     if json_path:
         record = {k.replace(" ", "_"): v for k, v in lines.items()} | extra | scores
-        Path(json_path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        dump = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+        if json_path == "-":
+            sys.stdout.write(dump)
+        else:
+            Path(json_path).write_text(dump, encoding="utf-8")
 
 
 def _score_files(args: argparse.Namespace) -> int:
-    from transformer.corpus import read_lines
-    from transformer.evaluation import corpus_scores
-
     if args.checkpoint or args.src or args.test_set:
         raise UserError("--hyp scores existing output against --ref; it takes no --checkpoint, --src or --test-set")
     if not args.ref:
-        raise UserError("--hyp needs --ref, the reference file to score it against")
-    hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
-    if len(hypotheses) != len(references):
-        raise UserError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
-    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
-    _report({"hypotheses": args.hyp, "references": args.ref}, scores, args.json)
+        raise UserError("--hyp needs --ref, the reference file(s) to score it against")
+    if [*args.hyp, *args.ref].count("-") > 1:
+        raise UserError("only one of --hyp and --ref can be '-' (standard input)")
+    references = [_read_text(ref) for ref in args.ref]
+    systems = {}
+    for hyp in args.hyp:
+        if hyp in systems:
+            raise UserError(f"{hyp} is given twice to --hyp; each system once")
+        systems[hyp] = _read_text(hyp)
+    scores = _scores(systems, references, args)
+    _report({"hypotheses": " ".join(args.hyp), "references": " ".join(args.ref)}, scores, args.json)
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from transformer.evaluation import corpus_scores
-
     if args.hyp:
         return _score_files(args)
     if not args.checkpoint:
@@ -223,16 +280,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     sources, references, description, name = _test_set(args, config)
     checkpoint = Path(args.checkpoint)
     output = Path(args.output) if args.output else checkpoint.parent / f"{checkpoint.stem}.{name}.hyp"
-    hypotheses = []
     with _progress(len(sources), args.quiet) as bar:
-        for results in translator.translate(sources):
-            hypotheses.append(results[0].text)
-            bar.update()
-    with _open_output(str(output)) as f:
-        f.writelines(h + "\n" for h in hypotheses)
-    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
+        hypotheses = [results[0].text for results in translator.translate(sources, progress=bar.update)]
+    if args.output == "-":
+        sys.stdout.writelines(h + "\n" for h in hypotheses)
+        sys.stdout.flush()
+    else:
+        with _open_output(str(output)) as f:
+            f.writelines(h + "\n" for h in hypotheses)
+    extra_refs = [_read_text(ref) for ref in args.ref[1:]] if args.ref else []
+    scores = _scores({str(output): hypotheses}, [references, *extra_refs], args, lang=config.data.tgt_lang)
     lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",
              "decoding": describe_decode(config.decode), "device": f"{device} {args.precision}",
-             "hypotheses": str(output)}  # fmt: skip
-    _report(lines, scores, args.json, decode=config.to_dict()["decode"])
+             "hypotheses": "standard output" if args.output == "-" else str(output)}  # fmt: skip
+    _report(lines, scores, args.json, to_stderr=args.output == "-", decode=config.to_dict()["decode"])
     return 0
