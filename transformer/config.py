@@ -87,9 +87,8 @@ class SplitConfig:
     def __post_init__(self) -> None:
         kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset),
                                  ("corpora", self.corpora)) if on]  # fmt: skip
-        _require(
-            len(kinds) == 1, f"a data split needs exactly one of src+tgt, tsv, dataset or corpora, got {kinds or 'none'}"
-        )
+        need = "a data split needs exactly one of src+tgt, tsv, dataset or corpora"
+        _require(len(kinds) == 1, f"{need}, got {kinds or 'none'}")
         _require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
         _require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
         _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
@@ -155,6 +154,7 @@ class TrainConfig:
     save_every_minutes: float = 0.0  # also checkpoint after this many minutes (0 = off)
     keep_last: int = 5  # numbered checkpoints to keep (the paper averages the last 5)
     nan_patience: int = 5  # abort after this many consecutive non-finite losses
+    tensorboard: bool = False  # also log metrics to <out_dir>/tensorboard (needs the tensorboard package)
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):

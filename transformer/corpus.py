@@ -301,7 +301,8 @@ def _read_corpora(split: SplitConfig, data: DataConfig) -> tuple[list[str], list
 def describe_split(split: SplitConfig) -> str:
     """A short human name for a split's source: its files, its dataset, or its corpora."""
     if split.corpora:
-        return " + ".join(describe_split(c) + (f" (weight {c.weight:g})" if c.weight != 1 else "") for c in split.corpora)
+        weights = [f" (weight {c.weight:g})" if c.weight != 1 else "" for c in split.corpora]
+        return " + ".join(describe_split(c) + weight for c, weight in zip(split.corpora, weights))
     if split.tsv:
         return str(split.tsv)
     if split.src:

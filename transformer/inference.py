@@ -180,7 +180,7 @@ def _describe_split(name: str, split: SplitConfig) -> str:
 
 def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list[str], str, str]:
     """(sources, references, description, short name for the hypothesis file)."""
-    from transformer.corpus import load_pairs, read_lines
+    from transformer.corpus import load_pairs
     from transformer.evaluation import sacrebleu_test_set
 
     if args.test_set:
@@ -226,7 +226,8 @@ def _scores(systems: dict[str, list[str]], references: list[list[str]], args: ar
         key = "chrf" if name.startswith("chrF") else name.lower()
         record |= {key: score["score"], f"{key}_signature": score["signature"], f"{key}_detail": score["detail"]}
     if args.tok_bleu:
-        record["tok_bleu"], record["tok_bleu_detail"] = tokenized_bleu(next(iter(systems.values())), references[0], lang)
+        first = next(iter(systems.values()))
+        record["tok_bleu"], record["tok_bleu_detail"] = tokenized_bleu(first, references[0], lang)
         record["tok_bleu_label"] = TOK_BLEU_LABEL
     return record
 

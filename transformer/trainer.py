@@ -27,6 +27,7 @@ from transformer.attention import avoid_cudnn_attention
 from transformer.checkpoint import load_checkpoint, model_state, save_checkpoint
 from transformer.config import Config, parse_duration, save_config
 from transformer.errors import UserError
+from transformer.feedback import TensorBoardLog, advance, training_bar
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +238,10 @@ class Trainer:
             self.accumulation, cfg.max_tokens,
         )  # fmt: skip
         # Log lines (validation) go through tqdm.write, so they never land on the bar's line.
-        with logging_redirect_tqdm(), tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress,
-                                           unit="upd", dynamic_ncols=True) as bar:  # fmt: skip
+        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard") if cfg.tensorboard and self.is_main else None
+        bar = training_bar(max_steps=cfg.max_steps, max_time=max_time, step=self.step, elapsed=self.elapsed(),
+                           enabled=self.progress)  # fmt: skip
+        with logging_redirect_tqdm(), bar:
             reason = self._train_loop(bar, max_time)
         log.info("stopping at update %d: %s", self.step, reason)
         if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
@@ -246,9 +249,9 @@ class Trainer:
         self.save(reason)
         final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
         if self.is_main:
-            from transformer.plotting import plot_curves
-
-            plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
+            self._plot()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
         _barrier()
         return final
 
@@ -277,7 +280,7 @@ class Trainer:
             window.add(stats)
             if self.step % cfg.log_every == 0:
                 self._log_train(window, bar)
-            bar.update(1)
+            advance(bar, self.step, self.elapsed())
             if cfg.valid_every and self.step % cfg.valid_every == 0 and self._validate():
                 reason = "patience"
             reason = reason or self._stop_reason(max_time)
@@ -305,6 +308,14 @@ class Trainer:
         if self.is_main:
             with open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+            if getattr(self, "tensorboard", None) is not None:
+                self.tensorboard.log(record)
+
+    def _plot(self) -> None:
+        """curves.png in the run directory (rewritten at each validation), titled with the run's name."""
+        from transformer.plotting import plot_curves
+
+        plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png", title=f"run {self.out_dir.name}")
 
     def _log_train(self, window: _Window, bar: tqdm) -> None:
         record = {"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
@@ -319,8 +330,10 @@ class Trainer:
         """Loss, perplexity and (optionally) greedy BLEU on the validation split; True to stop (patience)."""
         stop = False
         if self.is_main and "valid" in self.data.splits:
-            record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device)}
+            record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device,
+                                                    progress=self.progress)}  # fmt: skip
             self._write_metrics(record)
+            self._plot()
             log.info("validation at update %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
                                                                           if k != "step"))  # fmt: skip
             use_bleu = self.train_cfg.best_metric == "bleu" and "valid_bleu" in record
@@ -335,7 +348,7 @@ class Trainer:
         return _any_rank(stop, self.device)
 
 
-def validate(model, data, config: Config, precision: str, device: torch.device) -> dict[str, float]:
+def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
     """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
     from transformer.batching import TokenBatchSampler, collate
 
@@ -353,7 +366,9 @@ def validate(model, data, config: Config, precision: str, device: torch.device) 
         n = config.train.valid_bleu_sentences or len(split)
         decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
         translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
-        hypotheses = translator.translate_texts(split.src_text[:n])
+        with tqdm(total=min(n, len(split.src_text)), desc="validation decoding", unit="sent", leave=False,
+                  disable=not progress) as bar:  # fmt: skip
+            hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
         record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
         model.train()
     return record
