@@ -123,3 +123,15 @@ def test_average_cli(tmp_path, capsys):
     assert load_checkpoint(tmp_path / "avg.pt")["averaged_from"][-1].endswith("checkpoint_3.pt")
     assert average_main(["--dir", str(tmp_path / "empty"), "--output", str(tmp_path / "x.pt")]) == 2
     assert "no numbered checkpoints" in capsys.readouterr().err
+
+
+def test_average_warns_when_fewer_checkpoints_than_asked(tmp_path, caplog):
+    from transformer.cli import average_main
+
+    save_checkpoint(_state(tiny_model(), step=7), tmp_path / "checkpoint_7.pt")
+    assert average_main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert "--last 5 asked for 5 checkpoints but" in caplog.text and "has only 1" in caplog.text
+    caplog.clear()
+    save_checkpoint(_state(tiny_model(), step=8), tmp_path / "checkpoint_8.pt")
+    assert average_main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert "asked for" not in caplog.text

@@ -126,3 +126,23 @@ def test_evaluate_errors_exit_2(tiny, tmp_path, capsys):
         assert evaluate_main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_path, capsys):
+    lines = read_lines(tiny["src"])
+    code, out, _ = translate(capsys, "--checkpoint", tiny["checkpoint"], "--output", "-", lines[0], "", lines[1])
+    assert code == 0 and len(out) == 3 and out[1] == "" and not (Path.cwd() / "-").exists()
+    from transformer.checkpoint import load_for_inference
+    from transformer.translator import Translator
+
+    model, tokenizer, config = load_for_inference(tiny["checkpoint"], "cpu")
+    translator = Translator(model, tokenizer, config.decode.__class__(beam_size=1, max_tokens=20))
+    counts: list[int] = []
+    results = list(translator.translate([*lines, ""], chunk_lines=1000, progress=counts.append))
+    assert len(results) == len(lines) + 1 and sum(counts) == len(lines) + 1
+    assert len(counts) > 2  # one chunk, yet the count moves batch by batch, not once at its end
+    code = evaluate_main(["--checkpoint", str(tiny["checkpoint"]), "--output", "-", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "BLEU" in err and "BLEU" not in out  # the report goes to stderr, stdout has hypotheses
+    assert evaluate_main(["--checkpoint", str(tiny["checkpoint"]), "--output", str(tmp_path / "h"), "--quiet"]) == 0
+    assert out.splitlines() == read_lines(tmp_path / "h")

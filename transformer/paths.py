@@ -42,7 +42,9 @@ def path_base(path: str | Path) -> str:
     """Which base a data path was resolved against, for error messages."""
     config = _PATH_BASES.get(str(path))
     if config is not None:
-        return f"relative paths in a config resolve against its folder; this one is in {config}"
+        return f"relative paths in a config resolve against its folder: {Path(config).parent} (of {config})"
+    if Path(path).is_absolute():
+        return "an absolute path"
     return f"a relative path from --set or code resolves against the current directory {Path.cwd()}"
 
 
