@@ -46,7 +46,9 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" not in text and not any(action.default is v for v in (None, False, argparse.SUPPRESS)):
+        default = action.default
+        meaningless = any(default is v for v in (None, False, argparse.SUPPRESS)) or default == []
+        if "%(default)" not in text and not meaningless:
             text += " (default: %(default)s)"
         return text
 

@@ -120,6 +120,10 @@ class DataConfig:
         _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        for name in ("train", "valid", "test"):
+            split = getattr(self, name)
+            ok = split is None or split.weight == 1.0
+            _require(ok, f"data.{name}.weight: a weight belongs to one corpus of a split's corpora: list")
 
 
 @dataclass(frozen=True, kw_only=True)

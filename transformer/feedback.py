@@ -68,9 +68,13 @@ def advance(bar: tqdm, step: int, elapsed: float) -> None:
 
 
 class TensorBoardLog:
-    """Scalars to `<folder>` through `torch.utils.tensorboard.SummaryWriter` (needs the tensorboard package)."""
+    """Scalars to `<folder>` through `torch.utils.tensorboard.SummaryWriter` (needs the tensorboard package);
+    does nothing when not `enabled`."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, enabled: bool = True) -> None:
+        self.writer = None
+        if not enabled:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -82,6 +86,8 @@ class TensorBoardLog:
 
     def log(self, record: dict[str, Any]) -> None:
         """A metrics.jsonl record: `valid_*` keys under valid/, the others under train/, at its step."""
+        if self.writer is None:
+            return
         step = record["step"]
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
@@ -90,4 +96,5 @@ class TensorBoardLog:
         self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()

@@ -18,6 +18,11 @@ def read_metrics(path: str | Path) -> tuple[list[dict], list[dict]]:
     return train, valid
 
 
+def plot_run(out_dir: Path) -> Path | None:
+    """A run directory's curves.png from its metrics.jsonl, titled with the run's name."""
+    return plot_curves(out_dir / "metrics.jsonl", out_dir / "curves.png", title=f"run {out_dir.name}")
+
+
 def plot_curves(metrics_path: str | Path, out_path: str | Path, title: str | None = None) -> Path | None:
     """Loss (train and validation), validation BLEU and the learning rate against updates, as a PNG titled with the
     run's name; None without matplotlib. Written to a temporary file and renamed, so a viewer never sees half."""

@@ -28,6 +28,7 @@ from transformer.checkpoint import load_checkpoint, model_state, save_checkpoint
 from transformer.config import Config, parse_duration, save_config
 from transformer.errors import UserError
 from transformer.feedback import TensorBoardLog, advance, training_bar
+from transformer.plotting import plot_run
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ class Trainer:
             self.accumulation, cfg.max_tokens,
         )  # fmt: skip
         # Log lines (validation) go through tqdm.write, so they never land on the bar's line.
-        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard") if cfg.tensorboard and self.is_main else None
+        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", enabled=cfg.tensorboard and self.is_main)
         bar = training_bar(max_steps=cfg.max_steps, max_time=max_time, step=self.step, elapsed=self.elapsed(),
                            enabled=self.progress)  # fmt: skip
         with logging_redirect_tqdm(), bar:
@@ -249,9 +250,8 @@ class Trainer:
         self.save(reason)
         final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
         if self.is_main:
-            self._plot()
-            if self.tensorboard is not None:
-                self.tensorboard.close()
+            plot_run(self.out_dir)
+            self.tensorboard.close()
         _barrier()
         return final
 
@@ -308,14 +308,7 @@ class Trainer:
         if self.is_main:
             with open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-            if getattr(self, "tensorboard", None) is not None:
-                self.tensorboard.log(record)
-
-    def _plot(self) -> None:
-        """curves.png in the run directory (rewritten at each validation), titled with the run's name."""
-        from transformer.plotting import plot_curves
-
-        plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png", title=f"run {self.out_dir.name}")
+            self.tensorboard.log(record)
 
     def _log_train(self, window: _Window, bar: tqdm) -> None:
         record = {"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
@@ -333,7 +326,7 @@ class Trainer:
             record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device,
                                                     progress=self.progress)}  # fmt: skip
             self._write_metrics(record)
-            self._plot()
+            plot_run(self.out_dir)
             log.info("validation at update %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
                                                                           if k != "step"))  # fmt: skip
             use_bleu = self.train_cfg.best_metric == "bleu" and "valid_bleu" in record
@@ -366,8 +359,7 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
         n = config.train.valid_bleu_sentences or len(split)
         decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
         translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
-        with tqdm(total=min(n, len(split.src_text)), desc="validation decoding", unit="sent", leave=False,
-                  disable=not progress) as bar:  # fmt: skip
+        with tqdm(total=min(n, len(split)), desc="validation decoding", leave=False, disable=not progress) as bar:
             hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
         record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
         model.train()
