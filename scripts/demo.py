@@ -23,11 +23,14 @@ def _banner(text: str) -> None:
     print(f"\n=== {text} ===", flush=True)
 
 
-def _show_examples(sources: list[str], references: list[str], hypotheses: list[str], count: int) -> None:
+def _show_examples(sources: list[str], references: list[str], hypotheses: list[str], count: int, src_lang: str) -> None:
     step = max(len(sources) // count, 1)
+    width = max(len(src_lang), 3)
     for i in range(0, step * count, step)[:count]:
-        for label, text in (("es ", sources[i]), ("ref", references[i]), ("mt ", hypotheses[i])):
-            print(textwrap.fill(text, width=110, initial_indent=f"  {label} | ", subsequent_indent="      | "))
+        for label, text in ((src_lang, sources[i]), ("ref", references[i]), ("mt", hypotheses[i])):
+            label = f"{label:<{width}}"
+            indent = " " * (width + 3) + "| "
+            print(textwrap.fill(text, width=110, initial_indent=f"  {label} | ", subsequent_indent=indent))
         print()
 
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     translator = Translator(model, tokenizer, config.decode, device=device)
     hypotheses = translator.translate_texts(sources)
     (Path(args.out) / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    _show_examples(sources, references, hypotheses, args.examples)
+    _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
 
     _banner(f"4. Scores on {len(sources)} test verses")
     scores = corpus_scores(hypotheses, references)

@@ -152,3 +152,15 @@ def test_average_reads_one_checkpoint_at_a_time_and_sums_in_float64(tmp_path, mo
     assert averaged["model"]["w"].dtype == torch.float32
     assert torch.equal(averaged["model"]["w"], torch.full((3,), 1 / 3, dtype=torch.float64).float())
     assert "optimizer" not in averaged
+
+
+def test_average_warns_when_fewer_checkpoints_than_asked(tmp_path, caplog):
+    from transformer.cli import average_main
+
+    save_checkpoint(_state(tiny_model(), step=7), tmp_path / "checkpoint_7.pt")
+    assert average_main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert "--last 5 asked for 5 checkpoints but" in caplog.text and "has only 1" in caplog.text
+    caplog.clear()
+    save_checkpoint(_state(tiny_model(), step=8), tmp_path / "checkpoint_8.pt")
+    assert average_main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert "asked for" not in caplog.text

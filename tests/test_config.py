@@ -68,7 +68,7 @@ def test_overrides_parse_types(tmp_path):
         ("train.adam_betas=[0.9]", "train.adam_betas must be a list of 2 values"),
         ("train.max_time=soon", "bad duration 'soon'"),
         ("decode.nbest=9", "decode.nbest must be in [1, beam_size]"),
-        ("data.train.tsv_columns=[1, 2]", "a data split needs exactly one of src+tgt, tsv or dataset"),
+        ("data.train.tsv_columns=[1, 2]", "a data split needs exactly one of src+tgt, tsv, dataset or corpora"),
         ("data.joint_vocab=false", "model.share_embeddings needs data.joint_vocab: true"),
         ("model.d_model", "bad override 'model.d_model': use section.key=value"),
     ],
@@ -106,3 +106,24 @@ def test_configs_are_frozen():
 @pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("12m", 720), ("1.5h", 5400)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
+
+
+def test_a_weight_outside_corpora_is_refused():
+    with pytest.raises(ConfigError, match="data.train.weight: a weight belongs to one corpus"):
+        load_config(None, ["data.train={tsv: a.tsv, weight: 2}"])
+    config = load_config(None, ["data.train={corpora: [{tsv: a.tsv, weight: 2}, {tsv: b.tsv}]}"])
+    assert [c.weight for c in config.data.train.corpora] == [2.0, 1.0]
+
+
+def test_time_budget_bar_fills_with_seconds():
+    from transformer.feedback import advance, training_bar
+
+    bar = training_bar(max_steps=0, max_time=60.0, step=0, elapsed=0.0, enabled=True)
+    advance(bar, 1, 12.5)
+    advance(bar, 2, 30.0)
+    assert (bar.total, bar.n, bar.desc) == (60, 30.0, "2 upd")
+    advance(bar, 3, 75.0)
+    assert bar.n == 60  # never past the budget
+    steps = training_bar(max_steps=100, max_time=60.0, step=10, elapsed=0.0, enabled=True)
+    advance(steps, 11, 1.0)
+    assert (steps.total, steps.n) == (100, 11)

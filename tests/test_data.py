@@ -13,7 +13,7 @@ import pytest
 
 from transformer import data as data_module
 from transformer.cli import prepare_main
-from transformer.config import DataConfig, SplitConfig, from_dict, load_config
+from transformer.config import ConfigError, DataConfig, SplitConfig, from_dict, load_config
 from transformer.corpus import read_lines
 from transformer.data import EncodedSplit, load_pairs, prepare_data
 from transformer.errors import UserError
@@ -296,3 +296,94 @@ def test_prepare_command_errors_exit_2(override, expected, config_dict, tmp_path
     assert prepare_main(["--config", str(path), "--set", override]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and expected in err[-1]
+
+
+# ---------------------------------------------------------------------------------------------- issue 18: data
+
+
+def test_flat_columns_through_a_column_mapping(tmp_path):
+    rows = [{"id": i, "es_text": s, "en_text": t} for i, (s, t) in enumerate(zip(*PAIRS))]
+    path = _write(tmp_path / "flat.jsonl", "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    split = SplitConfig(dataset="json", data_files=str(path), columns=("es_text", "en_text"))
+    assert load_pairs(split, LANGS) == ([s.strip() for s in PAIRS[0]], PAIRS[1])
+    assert "no column 'de_text'" in _error(SplitConfig(**{**vars(split), "columns": ("es_text", "de_text")}))
+    with pytest.raises(ConfigError, match="columns: \\[source, target\\] goes with a dataset"):
+        SplitConfig(tsv="x.tsv", columns=("a", "b"))
+
+
+def test_several_corpora_are_concatenated_with_weights(tmp_path):
+    (tmp_path / "p").mkdir(), (tmp_path / "t").mkdir()
+    parallel = make_source("parallel", tmp_path / "p", PAIRS[0][:2], PAIRS[1][:2])
+    tsv = make_source("tsv", tmp_path / "t", PAIRS[0][2:], PAIRS[1][2:])
+    both = SplitConfig(corpora=[parallel, tsv])
+    assert load_pairs(both, LANGS) == ([s.strip() for s in PAIRS[0]], PAIRS[1])
+    weighted = SplitConfig(corpora=[SplitConfig(**{**vars(parallel), "weight": 2.0}), tsv])
+    src, _ = load_pairs(weighted, LANGS)
+    assert src == [*PAIRS[0][:2], *PAIRS[0][:2], *[s.strip() for s in PAIRS[0][2:]]]  # the first corpus twice
+    half = SplitConfig(corpora=[parallel, SplitConfig(**{**vars(tsv), "weight": 1.0 / 3})])
+    src, tgt = load_pairs(half, LANGS)
+    assert len(src) == 3 and src[:2] == PAIRS[0][:2] and tgt[2] in PAIRS[1][2:]  # one of the three tsv pairs
+    assert load_pairs(half, LANGS) == (src, tgt)  # the sample is seeded
+    with pytest.raises(ConfigError, match="weight must be positive"):
+        SplitConfig(tsv="x", weight=0.0)
+
+
+def test_several_corpora_from_a_config_file(tmp_path):
+    make_source("tsv", tmp_path, *PAIRS)
+    (tmp_path / "cfg").mkdir()
+    text = "data: {src_lang: es, tgt_lang: en, train: {corpora: [{tsv: ../a.tsv, tsv_columns: [1, 2]}, " \
+        "{tsv: ../a.tsv, tsv_columns: [1, 2], weight: 0.4}]}}\n"  # fmt: skip
+    config = load_config(_write(tmp_path / "cfg" / "c.yaml", text))
+    src, _ = load_pairs(config.data.train, config.data)
+    assert len(src) == 5 + 2 and config.data.train.corpora[0].tsv == str(tmp_path / "a.tsv")
+
+
+def test_unreachable_hub_fails_fast_offline(monkeypatch):
+    """Without a network, loading goes offline at once (HF_HUB_OFFLINE) instead of retrying for 25 s."""
+    from huggingface_hub import constants
+
+    import transformer.corpus as corpus
+
+    monkeypatch.setattr(corpus, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    seen = []
+    real = __import__("datasets").load_dataset
+
+    def load(*args, **kwargs):
+        seen.append(constants.HF_HUB_OFFLINE)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("datasets.load_dataset", load)
+    message = _error(SplitConfig(dataset="no-such-owner/no-such-dataset", split="train"))
+    assert seen == [True] and constants.HF_HUB_OFFLINE is False  # offline while loading, restored after
+    assert "could not load dataset no-such-owner/no-such-dataset" in message and "offline?" in message
+
+
+# ---------------------------------------------------------------------------------------------- config paths
+
+
+def test_config_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    make_source("tsv", tmp_path, *PAIRS)
+    (tmp_path / "configs").mkdir(), (tmp_path / "elsewhere").mkdir()
+    config_file = _write(tmp_path / "configs" / "c.yaml", "data: {train: {tsv: ../a.tsv, tsv_columns: [1, 2]}}\n")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_config(config_file)
+    assert config.data.train.tsv == str(tmp_path / "a.tsv") and config.data.cache_dir == "cache"
+    assert load_pairs(config.data.train, LANGS)[1] == PAIRS[1]
+    override = load_config(config_file, ["data.train.tsv=a.tsv"])  # --set: the current directory
+    assert override.data.train.tsv == "a.tsv"
+    assert f"resolves against the current directory {tmp_path / 'elsewhere'}" in _error(override.data.train)
+    missing = load_config(_write(tmp_path / "configs" / "m.yaml", "data: {train: {tsv: nope.tsv}}\n"))
+    message = _error(missing.data.train)
+    assert str(tmp_path / "configs" / "nope.tsv") in message
+    assert f"against its folder: {tmp_path / 'configs'} (of" in message
+
+
+def test_shipped_configs_by_name():
+    from transformer.paths import shipped_configs_dir
+
+    config = load_config("tiny")
+    assert Path(config.data.train.tsv) == shipped_configs_dir().parent / "data/bible-es-en/dev.tsv.xz"
+    assert Path(config.data.train.tsv).is_file()
+    with pytest.raises(UserError, match="shipped configs by name: base, bible_es_en, big, demo, tiny"):
+        load_config("nonexistent")

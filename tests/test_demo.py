@@ -32,3 +32,15 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path):
     assert scores["reason"] == "max_time" and 0 <= scores["bleu"] <= 100
     assert len((out / "test.hyp").read_text().splitlines()) == 40
     assert {"checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
+
+
+def test_example_labels_follow_the_source_language(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    demo._show_examples(["Guten Morgen"], ["Good morning"], ["Good day"], 1, "de")
+    out = capsys.readouterr().out
+    assert "  de  | Guten Morgen" in out and "  ref | Good morning" in out and "  mt  | Good day" in out
+    assert "es " not in out

@@ -126,3 +126,60 @@ def test_evaluate_errors_exit_2(tiny, tmp_path, capsys):
         assert evaluate_main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_path, capsys):
+    lines = read_lines(tiny["src"])
+    code, out, _ = translate(capsys, "--checkpoint", tiny["checkpoint"], "--output", "-", lines[0], "", lines[1])
+    assert code == 0 and len(out) == 3 and out[1] == "" and not (Path.cwd() / "-").exists()
+    from transformer.checkpoint import load_for_inference
+    from transformer.translator import Translator
+
+    model, tokenizer, config = load_for_inference(tiny["checkpoint"], "cpu")
+    translator = Translator(model, tokenizer, config.decode.__class__(beam_size=1, max_tokens=20))
+    counts: list[int] = []
+    results = list(translator.translate([*lines, ""], chunk_lines=1000, progress=counts.append))
+    assert len(results) == len(lines) + 1 and sum(counts) == len(lines) + 1
+    assert len(counts) > 2  # one chunk, yet the count moves batch by batch, not once at its end
+    code = evaluate_main(["--checkpoint", str(tiny["checkpoint"]), "--output", "-", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "BLEU" in err and "BLEU" not in out  # the report goes to stderr, stdout has hypotheses
+    assert evaluate_main(["--checkpoint", str(tiny["checkpoint"]), "--output", str(tmp_path / "h"), "--quiet"]) == 0
+    assert out.splitlines() == read_lines(tmp_path / "h")
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "average"])
+def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
+    from transformer.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "examples:\n  transformer-" in out and "transformer/config.py" in out
+    out = " ".join(out.split())
+    if command in ("translate", "evaluate"):
+        assert "(default: auto)" in out  # --device
+    if command == "average":
+        assert "(default: 5)" in out  # --last
+
+
+def test_interactive_terminal_gets_a_prompt_and_no_bar(tiny):
+    """stdin on a terminal: a prompt on stderr before each line, each translation as soon as its line is typed."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    command = [sys.executable, "-m", "transformer", "translate", "--checkpoint", str(tiny["checkpoint"])]
+    process = subprocess.Popen(command, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    os.close(slave)
+    try:
+        lines = read_lines(tiny["src"])[:2]
+        os.write(master, (lines[0] + "\n").encode())
+        first = process.stdout.readline()  # answered before the next line is typed
+        os.write(master, (lines[1] + "\n").encode() + b"\x04")  # Ctrl-D ends the input
+        rest, err = process.communicate(timeout=120)
+    finally:
+        os.close(master)
+    assert process.returncode == 0 and first.strip() and len(rest.splitlines()) == 1
+    assert "type a sentence" in err and err.count("> ") == 3 and "line/s" not in err and "it/s" not in err

@@ -299,3 +299,35 @@ def test_ddp_resume_restores_every_ranks_random_state(tmp_path):
     assert not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
     _torchrun(tmp_path, "split", 29543, *common, "train.max_steps=6", resume=True)
     assert _losses(tmp_path / "split") == _losses(tmp_path / "full")
+
+
+def test_curves_at_each_validation_and_tensorboard(tmp_path, monkeypatch):
+    """curves.png is rewritten at every validation (and at the end), titled with the run; metrics reach TensorBoard."""
+    pytest.importorskip("tensorboard")
+    import transformer.plotting as plotting
+
+    calls = []
+    real = plotting.plot_curves
+    monkeypatch.setattr(plotting, "plot_curves", lambda *a, **k: calls.append(k.get("title")) or real(*a, **k))
+    args = _args(tmp_path, "tb", "train.max_steps=6", "train.valid_every=2", "train.valid_bleu_sentences=4",
+                 "train.tensorboard=true")  # fmt: skip
+    assert train_main(args) == 0
+    assert calls == ["run tb"] * 4  # validations at 2, 4 and 6, then the end of the run
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb" / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "valid/loss", "valid/bleu"} <= tags
+    assert [e.step for e in events.Scalars("valid/loss")] == [2, 4, 6]
+    losses = [json.loads(line) for line in (tmp_path / "tb" / "metrics.jsonl").read_text().splitlines()]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx([r["loss"] for r in losses if "lr" in r])
+
+
+def test_print_config_prints_the_resolved_config(tmp_path, capsys):
+    import yaml
+
+    assert train_main(["--config", str(TINY), "--set", "train.lr=1e-3", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["train"]["lr"] == 1e-3
+    assert printed["data"]["train"]["tsv"] == str(ROOT / "data/bible-es-en/dev.tsv.xz")  # against configs/

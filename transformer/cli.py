@@ -9,6 +9,7 @@ import argparse
 import functools
 import logging
 import sys
+import textwrap
 from collections.abc import Callable
 
 from transformer.errors import UserError
@@ -54,8 +55,41 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+CONFIG_KEYS_HELP = (
+    "Config keys: every key of the model, data, train and decode sections is a field of the dataclasses in "
+    "transformer/config.py, each commented with its meaning, unit and default (README: Configs, Data). Relative data "
+    "paths in a config resolve against its folder; --set paths and outputs (cache_dir, out_dir) against the current "
+    "directory."
+)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each flag's default (when it has a meaningful one) and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        meaningless = any(default is v for v in (None, False, argparse.SUPPRESS)) or default == []
+        if "%(default)" not in text and not meaningless:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _parser(prog: str, description: str, examples: str) -> argparse.ArgumentParser:
+    """An argument parser with defaults in --help, examples and where the config keys are documented."""
+    from transformer import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=_HelpFormatter,
+        epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
 def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--config", required=required, help="YAML config file (any subset of the keys)")
+    parser.add_argument("--config", required=required, help="YAML config file, or the name of a shipped config "
+                        "(demo, tiny, base, big, bible_es_en, wmt14_en_de_base, wmt14_en_de_big)")  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config value, e.g. --set model.d_model=256 --set train.lr=5e-4 (repeatable)",
@@ -65,10 +99,11 @@ def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None
 @user_errors_exit_2
 def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
-    parser = argparse.ArgumentParser(
-        prog="transformer-prepare",
-        description="Train the SentencePiece vocabulary on data.train and encode every configured split into the "
-        "cache (data.cache_dir); training then reuses it.",
+    parser = _parser(
+        "transformer-prepare",
+        "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
+        "(data.cache_dir); training then reuses it.",
+        "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
     )
     _config_args(parser)
     args = parser.parse_args(argv)
@@ -93,8 +128,14 @@ def prepare_main(argv: list[str] | None = None) -> int:
 @user_errors_exit_2
 def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
-    parser = argparse.ArgumentParser(prog="transformer-train", description="Train a Transformer translation model.")
+    parser = _parser(
+        "transformer-train",
+        "Train a Transformer translation model.",
+        "  transformer-train --config demo --set train.max_time=30m\n"
+        "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
+    )
     _config_args(parser)
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config (YAML) and exit")
     parser.add_argument(
         "--resume", nargs="?", const=True, default=False, metavar="CKPT",
         help="continue exactly from train.out_dir/checkpoint_last.pt, or from CKPT",
@@ -105,6 +146,11 @@ def train_main(argv: list[str] | None = None) -> int:
     from transformer.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
     result = Trainer(config, resume=args.resume, progress=not args.no_progress).run()
     print(f"stopped at update {result['step']} ({result['reason']}); checkpoints in {config.train.out_dir}")
     return 0
@@ -113,7 +159,12 @@ def train_main(argv: list[str] | None = None) -> int:
 @user_errors_exit_2
 def average_main(argv: list[str] | None = None) -> int:
     """transformer-average --inputs A.pt B.pt ... --output avg.pt  (or --last N --dir RUN)"""
-    parser = argparse.ArgumentParser(prog="transformer-average", description="Average checkpoint weights.")
+    parser = _parser(
+        "transformer-average",
+        "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
+        "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
+        "  transformer-average --inputs a.pt b.pt --output avg.pt",
+    )
     parser.add_argument("--inputs", nargs="+", default=[], help="checkpoints to average")
     parser.add_argument("--dir", help="run directory: average its last --last numbered checkpoints")
     parser.add_argument("--last", type=_count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
@@ -130,6 +181,11 @@ def average_main(argv: list[str] | None = None) -> int:
         if not found:
             raise UserError(f"no numbered checkpoints (checkpoint_<step>.pt) in {args.dir}")
         inputs += [str(p) for p in found[-args.last :]]
+        if len(found) < args.last:
+            logging.getLogger(__name__).warning(
+                "warning: --last %d asked for %d checkpoints but %s has only %d (train.keep_last keeps that many); "
+                "averaging %d", args.last, args.last, args.dir, len(found), len(found),
+            )  # fmt: skip
     check_not_an_input(args.output, [("--inputs", p) for p in inputs])
     save_checkpoint(average_checkpoints(inputs), args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}")
@@ -157,15 +213,19 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
 @user_errors_exit_2
 def translate_main(argv: list[str] | None = None) -> int:
     """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
-    parser = argparse.ArgumentParser(
-        prog="transformer-translate",
-        description="Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line.",
+    parser = _parser(
+        "transformer-translate",
+        "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
+        "it prompts for one sentence at a time.",
+        '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
+        "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
+        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2",
     )
     parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
     _decoding_args(parser)
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
-    parser.add_argument("--output", help="output file (default: stdout)")
+    parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument("--chunk-lines", type=_count(1), default=1000,
                         help="lines read (and sorted) at a time from a pipe")  # fmt: skip
     args = parser.parse_args(argv)
@@ -176,24 +236,53 @@ def translate_main(argv: list[str] | None = None) -> int:
     return run_translate(args)
 
 
+def _scoring_args(parser: argparse.ArgumentParser) -> None:
+    """sacreBLEU's scoring options, named as its own command line names them."""
+    from transformer.evaluation import METRIC_NAMES, TOKENIZERS
+
+    group = parser.add_argument_group("scoring (sacreBLEU)")
+    group.add_argument("--metrics", "-m", nargs="+", choices=METRIC_NAMES, default=["bleu", "chrf"],
+                       help="metrics to compute")  # fmt: skip
+    group.add_argument("--tokenize", "-tok", choices=TOKENIZERS, help="BLEU tokenization (default: 13a; zh, "
+                       "ja-mecab, ko-mecab need sacreBLEU's extras)")  # fmt: skip
+    group.add_argument("--lowercase", "-lc", action="store_true", help="case-insensitive BLEU and chrF")
+    group.add_argument("--chrf-word-order", "-cw", type=int, default=0, help="chrF word n-gram order (2 = chrF++)")
+    paired = group.add_mutually_exclusive_group()
+    paired.add_argument("--paired-bs", action="store_true", help="paired bootstrap resampling test between --hyp "
+                        "systems, against the first")  # fmt: skip
+    paired.add_argument("--paired-ar", action="store_true", help="paired approximate randomisation test instead")
+    group.add_argument("--paired-n", type=int, default=0, help="resamples (bs) or trials (ar); 0 = sacreBLEU's "
+                       "defaults, 1000 and 10000")  # fmt: skip
+    group.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU "
+                       "(Moses tokenizer with sacremoses installed, else 13a; labelled)")  # fmt: skip
+
+
 @user_errors_exit_2
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
-    parser = argparse.ArgumentParser(
-        prog="transformer-evaluate",
-        description="Translate a test set and print sacreBLEU BLEU and chrF with their signatures "
-        "(default: the config's data.test split), or score existing output with --hyp F --ref F.",
+    parser = _parser(
+        "transformer-evaluate",
+        "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
+        "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
+        "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
+        "  transformer-evaluate --checkpoint CKPT --src test.es --ref test.en --metrics bleu chrf ter --json -\n"
+        "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
+        "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
     )
     _decoding_args(parser)
     parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
-    parser.add_argument("--src", help="source file to translate (with --ref)")
-    parser.add_argument("--ref", help="reference file, line-aligned")
+    parser.add_argument("--src", help="source file to translate (with --ref; '-' = standard input)")
+    parser.add_argument("--ref", nargs="+", metavar="REF", help="reference file(s), line-aligned; several = "
+                        "multi-reference scoring; '-' = standard input")  # fmt: skip
     parser.add_argument("--test-set", help="a sacreBLEU test set, e.g. wmt14/full (downloaded; needs the internet)")
     parser.add_argument("--langpair", help="with --test-set, e.g. en-de")
-    parser.add_argument("--hyp", help="score this existing output against --ref, without a model")
-    parser.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU")
-    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it)")
-    parser.add_argument("--json", help="also write the scores and what produced them to this JSON file")
+    parser.add_argument("--hyp", nargs="+", metavar="SYS", help="score existing output(s) against --ref, without "
+                        "a model; several systems: the first is the paired tests' baseline; '-' = stdin")  # fmt: skip
+    _scoring_args(parser)
+    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it; "
+                        "'-' = standard output, the report then goes to standard error)")  # fmt: skip
+    parser.add_argument("--json", help="also write the scores, signatures and what produced them as JSON to this "
+                        "file ('-' = standard output, the report then goes to standard error)")  # fmt: skip
     args = parser.parse_args(argv)
     from transformer.inference import run_evaluate
 
@@ -212,8 +301,14 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """`python -m transformer.cli COMMAND ...`, the same as `transformer-COMMAND ...` (handy under torchrun)."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--version":
+        from transformer import __version__
+
+        print(f"transformer {__version__}")
+        return 0
     if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m transformer.cli {{{','.join(COMMANDS)}}} [options]", file=sys.stderr)
+        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} [options]  (COMMAND --help for each)",
+              file=sys.stderr)  # fmt: skip
         return 2
     return globals()[COMMANDS[argv[0]]](argv[1:])
 

@@ -4,6 +4,7 @@ The dataclasses below hold the only defaults in the project; YAML files may be p
 file with `yaml.safe_load`, applies `--set section.key=value` overrides, rejects unknown keys (listing the valid
 ones, with a close-match suggestion) and values of the wrong type, and validates each section in `__post_init__`.
 Every problem is raised as `ConfigError` (a `UserError`), which the command-line tools print as one line.
+Relative data paths in a file resolve against the file's folder (`transformer.paths` states the whole rule).
 
 This module imports no torch, so it loads instantly and can be used by any tool.
 """
@@ -22,6 +23,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from transformer.errors import UserError
+from transformer.paths import find_config, resolve_split_paths
 
 
 class ConfigError(UserError):
@@ -77,11 +79,18 @@ class SplitConfig:
     split: str = "train"  # `datasets` split name
     data_files: str | list[str] | None = None  # files for a local builder (json, parquet, arrow, csv)
     from_disk: bool = False  # `dataset` is a directory written by `Dataset.save_to_disk`
+    columns: tuple[str, str] | None = None  # `datasets` source and target text columns (default: `translation`)
+    corpora: list[SplitConfig] | None = None  # several corpora, concatenated (each one a split of its own)
+    weight: float = 1.0  # in `corpora`: times each pair is used per epoch (a fraction samples that share)
     max_examples: int | None = None  # keep only the first N pairs (for quick runs)
 
     def __post_init__(self) -> None:
-        kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset)) if on]
-        _require(len(kinds) == 1, f"a data split needs exactly one of src+tgt, tsv or dataset, got {kinds or 'none'}")
+        kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset),
+                                 ("corpora", self.corpora)) if on]  # fmt: skip
+        need = "a data split needs exactly one of src+tgt, tsv, dataset or corpora"
+        _require(len(kinds) == 1, f"{need}, got {kinds or 'none'}")
+        _require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
+        _require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
         _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
         _require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
         _require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
@@ -89,7 +98,7 @@ class SplitConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
-    src_lang: str = "en"  # source language code (the key in a `translation` column)
+    src_lang: str = "en"  # source language code (the key in a `translation` column, the demo's label)
     tgt_lang: str = "de"  # target language code
     train: SplitConfig | None = None  # training pairs
     valid: SplitConfig | None = None  # validation pairs (loss, perplexity, BLEU during training)
@@ -111,6 +120,10 @@ class DataConfig:
         _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        for name in ("train", "valid", "test"):
+            split = getattr(self, name)
+            ok = split is None or split.weight == 1.0
+            _require(ok, f"data.{name}.weight: a weight belongs to one corpus of a split's corpora: list")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +160,7 @@ class TrainConfig:
     nan_patience: int = 5  # abort after this many consecutive updates with a non-finite loss or gradient
     init_from: str | None = None  # start a new run from this checkpoint's weights (e.g. an average), fresh optimizer
     prepare_timeout: str = "6h"  # DDP: how long the other processes wait for rank 0 to prepare the data (duration)
+    tensorboard: bool = False  # also log metrics to <out_dir>/tensorboard (needs the tensorboard package)
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
@@ -331,13 +345,16 @@ def set_dotted(tree: dict[str, Any], override: str) -> None:
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    _require(path.is_file(), f"config file not found: {path}")
+    path = find_config(path)
+    _require(path.is_file(), f"config file not found: {path} (looked in {Path.cwd()})")
     try:
         tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
+    if isinstance(tree.get("data"), dict):
+        for name in ("train", "valid", "test"):
+            resolve_split_paths(tree["data"].get(name), path.parent, path)
     return tree
 
 

@@ -7,6 +7,8 @@ One split of `data:` in the config (a `SplitConfig`) is one of
     {dataset: wmt14, config: de-en, split: train}      a Hugging Face `datasets` source with a `translation` column:
     {dataset: json, data_files: x.jsonl, split: train}   a hub name, a local builder with `data_files`,
     {dataset: path/to/saved, from_disk: true}            or a directory written by `save_to_disk`
+    {dataset: json, data_files: x.jsonl, columns: [en, de]}   flat text columns instead of `translation`
+    {corpora: [{tsv: a.tsv}, {src: b.en, tgt: b.de, weight: 2}]}   several corpora, concatenated
 
 and `load_pairs` turns any of them into two equally long lists of strings. Text files are read here directly
 (one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
@@ -16,6 +18,7 @@ quoting in TSV), so that errors can name the file and the line; every source the
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import logging
@@ -23,6 +26,8 @@ import lzma
 import os
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from transformer.config import DataConfig, SplitConfig
 from transformer.errors import UserError
@@ -40,11 +45,11 @@ def _open_binary(path: Path):
 
 
 def _check_file(path: str | Path, what: str) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        where = f" (looked in {Path.cwd()})" if not path.is_absolute() else ""
-        raise UserError(f"{what} not found: {path}{where}; paths in the config are relative to the current directory")
-    return path
+    from transformer.paths import path_base
+
+    if not Path(path).is_file():
+        raise UserError(f"{what} not found: {path} ({path_base(path)})")
+    return Path(path)
 
 
 def _decode(raw: bytes, path: Path, first_line: int = 1) -> str:
@@ -134,7 +139,12 @@ def open_dataset(split: SplitConfig) -> Any:
     try:
         if split.from_disk:
             if not Path(split.dataset).is_dir():
-                raise UserError(f"saved dataset not found: {split.dataset} (a directory written by save_to_disk)")
+                from transformer.paths import path_base
+
+                raise UserError(
+                    f"saved dataset not found: {split.dataset} (a directory written by save_to_disk; "
+                    f"{path_base(split.dataset)})"
+                )
             ds = datasets.load_from_disk(split.dataset)
             if isinstance(ds, datasets.DatasetDict):
                 if split.split not in ds:
@@ -143,7 +153,8 @@ def open_dataset(split: SplitConfig) -> Any:
         elif split.data_files is not None:
             ds = datasets.load_dataset(split.dataset, data_files=split.data_files, split=split.split)
         else:
-            ds = datasets.load_dataset(split.dataset, split.config, split=split.split)
+            with _offline_unless_reachable():
+                ds = datasets.load_dataset(split.dataset, split.config, split=split.split)
     except UserError:
         raise
     except Exception as exc:  # hub, network and builder failures come in many types; all are the user's to fix
@@ -158,6 +169,39 @@ def open_dataset(split: SplitConfig) -> Any:
     return ds
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub's host answers a TCP connection within `timeout` seconds."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _offline_unless_reachable():
+    """Without a network, load as with HF_HUB_OFFLINE=1 (the local cache or one clear failure), not 25 s of retries."""
+    import datasets
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or hub_reachable():
+        yield
+        return
+    log.info("the Hugging Face hub is unreachable: loading offline, from the local cache only")
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
 def _translation_languages(ds: Any, where: str) -> list[str]:
     if "translation" not in ds.column_names:
         raise UserError(f"{where} has no 'translation' column (columns: {', '.join(ds.column_names)})")
@@ -170,9 +214,28 @@ def _translation_languages(ds: Any, where: str) -> list[str]:
     return list(languages)
 
 
+def _read_columns(ds: Any, split: SplitConfig, where: str) -> tuple[list[str], list[str]]:
+    """Source and target from two flat text columns (`columns: [source, target]`)."""
+    missing = [c for c in split.columns if c not in ds.column_names]
+    if missing:
+        raise UserError(
+            f"{where} has no column {', '.join(map(repr, missing))} (columns: {', '.join(ds.column_names)}); "
+            "set columns: [source column, target column]"
+        )
+    if split.max_examples is not None:
+        ds = ds.select(range(min(split.max_examples, len(ds))))
+    if len(ds) == 0:
+        raise UserError(f"{where} is empty: no sentence pairs to read")
+    table = ds.select_columns(list(split.columns)).with_format("arrow")[:]
+    src, tgt = (table.column(c).to_pylist() for c in split.columns)
+    return [str(t or "").strip() for t in src], [str(t or "").strip() for t in tgt]
+
+
 def _read_dataset(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[str]]:
     ds = open_dataset(split)
     where = _describe(split)
+    if split.columns is not None:
+        return _read_columns(ds, split, where)
     languages = _translation_languages(ds, where)
     for lang in (data.src_lang, data.tgt_lang):
         if lang not in languages:
@@ -198,14 +261,53 @@ def load_pairs(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[st
 
     Pairs are kept as they are (empty sides included); filtering happens in `transformer.data.prepare_data`.
     """
-    if split.tsv:
+    if split.corpora:
+        src, tgt = _read_corpora(split, data)
+    elif split.tsv:
         src, tgt = _read_tsv(split)
     elif split.src:
         src, tgt = _read_parallel(split)
     else:
         src, tgt = _read_dataset(split, data)
-    log.debug("read %d pairs from %s", len(src), split.tsv or split.src or split.dataset)
+    log.debug("read %d pairs from %s", len(src), describe_split(split))
     return src, tgt
+
+
+def weighted_indices(count: int, weight: float, seed: int) -> np.ndarray:
+    """Indices into a corpus of `count` pairs for one epoch: each pair int(weight) times, then a random
+    (weight - int(weight)) share of the pairs without replacement, drawn with `seed`, in corpus order."""
+    whole = np.tile(np.arange(count), int(weight))
+    extra = round((weight - int(weight)) * count)
+    sample = np.sort(np.random.default_rng(seed).choice(count, size=extra, replace=False))
+    return np.concatenate([whole, sample]).astype(np.int64)
+
+
+def _read_corpora(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[str]]:
+    """Several corpora, concatenated in order, each used `weight` times (OpenNMT-py's corpus weights, static)."""
+    src, tgt = [], []
+    for number, corpus in enumerate(split.corpora):
+        part_src, part_tgt = load_pairs(corpus, data)
+        if corpus.weight != 1.0:
+            keep = weighted_indices(len(part_src), corpus.weight, seed=number)
+            part_src, part_tgt = [part_src[i] for i in keep], [part_tgt[i] for i in keep]
+            log.info("%s: weight %g, %d pairs", describe_split(corpus), corpus.weight, len(part_src))
+        src += part_src
+        tgt += part_tgt
+    if split.max_examples is not None:
+        src, tgt = src[: split.max_examples], tgt[: split.max_examples]
+    return src, tgt
+
+
+def describe_split(split: SplitConfig) -> str:
+    """A short human name for a split's source: its files, its dataset, or its corpora."""
+    if split.corpora:
+        weights = [f" (weight {c.weight:g})" if c.weight != 1 else "" for c in split.corpora]
+        return " + ".join(describe_split(c) + weight for c, weight in zip(split.corpora, weights))
+    if split.tsv:
+        return str(split.tsv)
+    if split.src:
+        return f"{split.src} / {split.tgt}"
+    return _describe(split)
 
 
 def split_identity(split: SplitConfig) -> dict[str, Any]:
@@ -220,6 +322,8 @@ def split_identity(split: SplitConfig) -> dict[str, Any]:
 
     identity: dict[str, Any] = {k: v for k, v in vars(split).items()}
     identity["tsv_columns"] = list(split.tsv_columns)
+    if split.corpora:
+        identity["corpora"] = [split_identity(c) for c in split.corpora]
     files = [f for f in (split.src, split.tgt, split.tsv) if f] + [str(p) for p in _local_files(split.data_files)]
     if split.from_disk:
         files.append(split.dataset)

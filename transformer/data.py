@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from transformer.config import Config, DataConfig
-from transformer.corpus import load_pairs, split_identity
+from transformer.corpus import describe_split, load_pairs, split_identity
 from transformer.errors import UserError
+from transformer.feedback import spinner
 from transformer.tokenizer import Tokenizer
 
 __all__ = ["EncodedSplit", "PreparedData", "load_pairs", "prepare_data"]
@@ -249,7 +250,9 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
-def _prepare_tokenizer(data: DataConfig, cache: Path, train_pairs: Callable[[], tuple[list[str], list[str]]]):
+def _prepare_tokenizer(
+    data: DataConfig, cache: Path, train_pairs: Callable[[], tuple[list[str], list[str]]], progress: bool = True
+):
     seed = 1  # the vocabulary does not depend on train.seed, so runs with different seeds share it
     folder = cache / f"tokenizer-{_tokenizer_key(data, seed)}"
     if (folder / "src.model").is_file():
@@ -257,11 +260,12 @@ def _prepare_tokenizer(data: DataConfig, cache: Path, train_pairs: Callable[[], 
         tgt = folder / "tgt.model"
         return Tokenizer((folder / "src.model").read_bytes(), tgt.read_bytes() if tgt.is_file() else None), folder
     src, tgt = train_pairs()
-    log.info("tokenizer: training SentencePiece (no progress bar; large corpora take minutes)")
-    tokenizer = Tokenizer.train(
-        src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
-        input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage, seed=seed,
-    )  # fmt: skip
+    log.info("tokenizer: training SentencePiece (large corpora take minutes)")
+    with spinner("training SentencePiece", progress):
+        tokenizer = Tokenizer.train(
+            src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
+            input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage, seed=seed,
+        )  # fmt: skip
 
     def write(tmp: Path) -> None:
         blobs = tokenizer.to_bytes()
@@ -316,14 +320,15 @@ def prepare_data(
     def read(name: str) -> tuple[list[str], list[str]]:  # each split is read at most once
         if name not in pairs:
             split = getattr(data, name)
-            log.info("%s: reading %s", name, split.tsv or split.src or split.dataset)
-            pairs[name] = load_pairs(split, data)
+            log.info("%s: reading %s", name, describe_split(split))
+            with spinner(f"reading {name}", progress):
+                pairs[name] = load_pairs(split, data)
         return pairs[name]
 
     if tokenizer is None:
         if data.train is None:
             raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
-        tokenizer, folder = _prepare_tokenizer(data, cache, lambda: read("train"))
+        tokenizer, folder = _prepare_tokenizer(data, cache, lambda: read("train"), progress)
         paths["tokenizer"] = str(folder)
     encoded: dict[str, EncodedSplit] = {}
     for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):

@@ -80,10 +80,27 @@ def _load(args: argparse.Namespace):
     return Translator(model, tokenizer, config.decode, device=device, precision=args.precision), config, device
 
 
+@contextlib.contextmanager
 def _progress(total: int | None, quiet: bool):
+    """A per-sentence progress bar on stderr (a terminal only); log lines (truncation warnings) go above it."""
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
-    return tqdm(total=total, unit="line", file=sys.stderr, disable=quiet or not sys.stderr.isatty(), leave=False)
+    with logging_redirect_tqdm(), tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
+                                       disable=quiet or not sys.stderr.isatty(), leave=False) as bar:  # fmt: skip
+        yield bar
+
+
+def _prompted_stdin() -> Iterator[str]:
+    """Lines typed at a terminal, each after a prompt on stderr; Ctrl-D ends."""
+    print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
+    while True:
+        print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            print(file=sys.stderr)
+            return
+        yield line.rstrip("\r\n")
 
 
 # ------------------------------------------------------------------------------------------------- translate
@@ -116,7 +133,9 @@ def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, b
         with open(args.input, "rb") as f:
             total = sum(1 for _ in f)
         return lines, total, False
-    return _stdin_lines(), None, sys.stdin.isatty()
+    if sys.stdin is not None and not sys.stdin.closed and sys.stdin.isatty():
+        return _prompted_stdin(), None, True
+    return _stdin_lines(), None, False
 
 
 def run_translate(args: argparse.Namespace) -> int:
@@ -129,19 +148,19 @@ def run_translate(args: argparse.Namespace) -> int:
     chunk = 1 if interactive else args.chunk_lines
     nbest = args.nbest is not None and args.nbest > 1 or config.decode.nbest > 1
     done = 0
+    to_file = args.output is not None and args.output != "-"
     try:  # the output file appears (atomically) only once every line is translated
-        output = atomic_output(args.output) if args.output else contextlib.nullcontext(sys.stdout)
-        with output as out, _progress(total, args.quiet) as bar:
-            for index, results in enumerate(translator.translate(lines, chunk_lines=chunk)):
+        output = atomic_output(args.output) if to_file else contextlib.nullcontext(sys.stdout)
+        with output as out, _progress(total, args.quiet or interactive) as bar:
+            for index, results in enumerate(translator.translate(lines, chunk_lines=chunk, progress=bar.update)):
                 if nbest:
                     out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
                 else:
                     out.write(results[0].text + "\n")
                 out.flush()
                 done += 1
-                bar.update()
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through `fileio.signals_raise`
-        where = f"{args.output} was not written (it keeps its previous contents)" if args.output else "on stdout"
+        where = f"{args.output} was not written (it keeps its previous contents)" if to_file else "on stdout"
         print(f"interrupted ({exc or 'SIGINT'}) after {done} translated lines: {where}", file=sys.stderr)
         return getattr(exc, "code", 130)
     return 0
@@ -153,8 +172,10 @@ def run_translate(args: argparse.Namespace) -> int:
 def _describe_split(name: str, split: SplitConfig) -> str:
     if split.tsv:
         where = f"{split.tsv} (columns {split.tsv_columns[0]}, {split.tsv_columns[1]})"
-    elif split.src:
-        where = f"{split.src} / {split.tgt}"
+    elif split.src or split.corpora:
+        from transformer.corpus import describe_split
+
+        where = describe_split(split)
     else:
         where = f"datasets {split.dataset}" + (f" {split.config}" if split.config else "") + f" split {split.split}"
     return f"config data.{name}: {where}" + (f", first {split.max_examples}" if split.max_examples else "")
@@ -162,7 +183,7 @@ def _describe_split(name: str, split: SplitConfig) -> str:
 
 def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list[str], str, str]:
     """(sources, references, description, short name for the hypothesis file)."""
-    from transformer.corpus import load_pairs, read_lines
+    from transformer.corpus import load_pairs
     from transformer.evaluation import sacrebleu_test_set
 
     if args.test_set:
@@ -174,10 +195,10 @@ def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list
     if args.src or args.ref:
         if not (args.src and args.ref):
             raise UserError("--src and --ref go together (or use --hyp F --ref F to score existing output)")
-        sources, references = read_lines(args.src), read_lines(args.ref)
+        sources, references = _read_text(args.src), _read_text(args.ref[0])
         if len(sources) != len(references):
-            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-        return sources, references, f"{args.src} -> {args.ref}", Path(args.src).name
+            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref[0]} has {len(references)}")
+        return sources, references, f"{args.src} -> {' '.join(args.ref)}", Path(args.src).name
     split = getattr(config.data, args.split)
     if split is None:
         raise UserError(f"the config has no data.{args.split} split: pass --src F --ref F or --test-set NAME")
@@ -185,38 +206,78 @@ def _test_set(args: argparse.Namespace, config: Config) -> tuple[list[str], list
     return sources, references, _describe_split(args.split, split), args.split
 
 
-def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None, **extra: Any) -> None:
-    """Print what was scored and the scores; `json_path` gets the same (and `extra`) as JSON."""
-    from transformer.evaluation import format_scores
+def _read_text(path: str) -> list[str]:
+    """Lines of a file, or of standard input for `-`."""
+    from transformer.corpus import read_lines
+
+    if path == "-":
+        return [line.strip() for line in _stdin_lines()]
+    return read_lines(path)
+
+
+def _scores(systems: dict[str, list[str]], references: list[list[str]], args: argparse.Namespace, lang=None):
+    """sacreBLEU's scores of every system (evaluation.score_systems) as a record, plus the first system's under
+    the flat keys (bleu, bleu_signature, chrf, ter, ...) and the paper-style BLEU on request."""
+    from transformer.evaluation import TOK_BLEU_LABEL, score_systems, tokenized_bleu
+
+    paired = "bs" if args.paired_bs else "ar" if args.paired_ar else None
+    record = score_systems(
+        systems, references, metrics=args.metrics, tokenize=args.tokenize, lowercase=args.lowercase,
+        chrf_word_order=args.chrf_word_order, paired=paired, paired_n=args.paired_n,
+    )  # fmt: skip
+    for name, score in record["systems"][0]["scores"].items():
+        key = "chrf" if name.startswith("chrF") else name.lower()
+        record |= {key: score["score"], f"{key}_signature": score["signature"], f"{key}_detail": score["detail"]}
+    if args.tok_bleu:
+        first = next(iter(systems.values()))
+        record["tok_bleu"], record["tok_bleu_detail"] = tokenized_bleu(first, references[0], lang)
+        record["tok_bleu_label"] = TOK_BLEU_LABEL
+    return record
+
+
+def _report(lines: dict[str, Any], scores: dict[str, Any], json_path: str | None, *, to_stderr=False, **extra) -> None:
+    """Print what was scored and the scores; `json_path` gets the same (and `extra`) as JSON (`-`: standard
+    output, and the human-readable lines go to standard error)."""
+    from transformer.evaluation import format_systems
 
     width = max(len(k) for k in lines) + 1
-    print("\n".join(f"{key + ':':<{width}} {value}" for key, value in lines.items() if value is not None))
-    print(format_scores(scores))
+    text = "\n".join(f"{key + ':':<{width}} {value}" for key, value in lines.items() if value is not None)
+    text += "\n" + format_systems(scores)
+    if "tok_bleu" in scores:
+        text += f"\n{scores['tok_bleu_label']}: {scores['tok_bleu']:.2f}\n        {scores['tok_bleu_detail']}"
+    print(text, file=sys.stderr if to_stderr or json_path == "-" else sys.stdout)
     if json_path:
         record = {k.replace(" ", "_"): v for k, v in lines.items()} | extra | scores
-        write_text(json_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        dump = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+        if json_path == "-":
+            sys.stdout.write(dump)
+        else:
+            write_text(json_path, dump)
 
 
 def _score_files(args: argparse.Namespace) -> int:
-    from transformer.corpus import read_lines
-    from transformer.evaluation import corpus_scores
-
     if args.checkpoint or args.src or args.test_set:
         raise UserError("--hyp scores existing output against --ref; it takes no --checkpoint, --src or --test-set")
     if not args.ref:
-        raise UserError("--hyp needs --ref, the reference file to score it against")
-    check_not_an_input(args.json, [("--hyp", args.hyp), ("--ref", args.ref)])
-    hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
-    if len(hypotheses) != len(references):
-        raise UserError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
-    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
-    _report({"hypotheses": args.hyp, "references": args.ref}, scores, args.json)
+        raise UserError("--hyp needs --ref, the reference file(s) to score it against")
+    if [*args.hyp, *args.ref].count("-") > 1:
+        raise UserError("only one of --hyp and --ref can be '-' (standard input)")
+    check_not_an_input(args.json, [*(("--hyp", h) for h in args.hyp), *(("--ref", r) for r in args.ref)])
+    references = [_read_text(ref) for ref in args.ref]
+    systems = {}
+    for hyp in args.hyp:
+        if hyp in systems:
+            raise UserError(f"{hyp} is given twice to --hyp; each system once")
+        systems[hyp] = _read_text(hyp)
+    scores = _scores(systems, references, args)
+    _report({"hypotheses": " ".join(args.hyp), "references": " ".join(args.ref)}, scores, args.json)
     return 0
 
 
 def _check_outputs(args: argparse.Namespace, config: Config, output: Path) -> None:
     """Neither the hypotheses file nor --json may be an input: the checkpoint, a config or a test-set file."""
-    inputs = [("--checkpoint", args.checkpoint), ("--config", args.config), ("--src", args.src), ("--ref", args.ref)]
+    inputs = [("--checkpoint", args.checkpoint), ("--config", args.config), ("--src", args.src)]
+    inputs += [("--ref", ref) for ref in args.ref or []]
     split = getattr(config.data, args.split) if not (args.src or args.test_set) else None
     inputs += [(f"data.{args.split}", p) for p in (split.src, split.tgt, split.tsv)] if split else []
     check_not_an_input(output, inputs)
@@ -224,8 +285,6 @@ def _check_outputs(args: argparse.Namespace, config: Config, output: Path) -> No
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from transformer.evaluation import corpus_scores
-
     if args.hyp:
         return _score_files(args)
     if not args.checkpoint:
@@ -237,16 +296,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint)
     output = Path(args.output) if args.output else checkpoint.parent / f"{checkpoint.stem}.{name}.hyp"
     _check_outputs(args, config, output)
-    hypotheses = []
     with _progress(len(sources), args.quiet) as bar:
-        for results in translator.translate(sources):
-            hypotheses.append(results[0].text)
-            bar.update()
-    with atomic_output(output) as f:
-        f.writelines(h + "\n" for h in hypotheses)
-    scores = corpus_scores(hypotheses, references, tok_bleu=args.tok_bleu)
+        hypotheses = [results[0].text for results in translator.translate(sources, progress=bar.update)]
+    if args.output == "-":
+        sys.stdout.writelines(h + "\n" for h in hypotheses)
+        sys.stdout.flush()
+    else:
+        with atomic_output(output) as f:
+            f.writelines(h + "\n" for h in hypotheses)
+    extra_refs = [_read_text(ref) for ref in args.ref[1:]] if args.ref else []
+    scores = _scores({str(output): hypotheses}, [references, *extra_refs], args, lang=config.data.tgt_lang)
     lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",
              "decoding": describe_decode(config.decode), "device": f"{device} {args.precision}",
-             "hypotheses": str(output)}  # fmt: skip
-    _report(lines, scores, args.json, decode=config.to_dict()["decode"])
+             "hypotheses": "standard output" if args.output == "-" else str(output)}  # fmt: skip
+    _report(lines, scores, args.json, to_stderr=args.output == "-", decode=config.to_dict()["decode"])
     return 0

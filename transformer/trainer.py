@@ -34,7 +34,9 @@ from transformer.distributed import (
     seed_everything,
 )
 from transformer.errors import UserError
+from transformer.feedback import TensorBoardLog, advance, training_bar
 from transformer.fileio import RunLock
+from transformer.plotting import plot_run
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +228,10 @@ class Trainer:
             self.accumulation, cfg.max_tokens,
         )  # fmt: skip
         # Log lines (validation) go through tqdm.write, so they never land on the bar's line.
-        with logging_redirect_tqdm(), tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress,
-                                           unit="upd", dynamic_ncols=True) as bar:  # fmt: skip
+        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", enabled=cfg.tensorboard and self.is_main)
+        bar = training_bar(max_steps=cfg.max_steps, max_time=max_time, step=self.step, elapsed=self.elapsed(),
+                           enabled=self.progress)  # fmt: skip
+        with logging_redirect_tqdm(), bar:
             reason = self._train_loop(bar, max_time)
         log.info("stopping at update %d: %s", self.step, reason)
         if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
@@ -236,9 +240,8 @@ class Trainer:
         final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed(),
                  "skipped": self.skipped}  # fmt: skip
         if self.is_main:
-            from transformer.plotting import plot_curves
-
-            plot_curves(self.out_dir / "metrics.jsonl", self.out_dir / "curves.png")
+            plot_run(self.out_dir)
+            self.tensorboard.close()
         barrier()
         return final
 
@@ -271,7 +274,7 @@ class Trainer:
             self.step += 1
             if self.step % cfg.log_every == 0:
                 self._log_train(window, bar)
-            bar.update(1)
+            advance(bar, self.step, self.elapsed())
             if cfg.valid_every and self.step % cfg.valid_every == 0 and self._validate():
                 reason = "patience"
             reason = reason or self._stop_reason(max_time)
@@ -301,6 +304,7 @@ class Trainer:
         if self.is_main:
             with open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+            self.tensorboard.log(record)
 
     def _log_train(self, window: _Window, bar: tqdm) -> None:
         record = {"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
@@ -315,8 +319,10 @@ class Trainer:
         """Loss, perplexity and (optionally) greedy BLEU on the validation split; True to stop (patience)."""
         stop = False
         if self.is_main and "valid" in self.data.splits:
-            record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device)}
+            record = {"step": self.step, **validate(self.model, self.data, self.config, self.precision, self.device,
+                                                    progress=self.progress)}  # fmt: skip
             self._write_metrics(record)
+            plot_run(self.out_dir)
             log.info("validation at update %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
                                                                           if k != "step"))  # fmt: skip
             use_bleu = self.train_cfg.best_metric == "bleu" and "valid_bleu" in record
@@ -331,7 +337,7 @@ class Trainer:
         return any_rank(stop, self.device)
 
 
-def validate(model, data, config: Config, precision: str, device: torch.device) -> dict[str, float]:
+def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
     """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
     from transformer.batching import TokenBatchSampler, collate
 
@@ -349,7 +355,8 @@ def validate(model, data, config: Config, precision: str, device: torch.device) 
         n = config.train.valid_bleu_sentences or len(split)
         decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
         translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
-        hypotheses = translator.translate_texts(split.src_text[:n])
+        with tqdm(total=min(n, len(split)), desc="validation decoding", leave=False, disable=not progress) as bar:
+            hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
         record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
         model.train()
     return record

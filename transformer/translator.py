@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -89,21 +90,29 @@ class Translator:
         self.dtype = inference_dtype(precision, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
-    def translate(self, lines: Iterable[str], *, chunk_lines: int = 1000) -> Iterator[list[Translation]]:
-        """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line)."""
+    def translate(
+        self, lines: Iterable[str], *, chunk_lines: int = 1000, progress: Callable[[int], Any] | None = None
+    ) -> Iterator[list[Translation]]:
+        """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
+
+        progress: called with the number of sentences each decoded batch finished, as they finish (a progress bar's
+        `update`), not once per chunk.
+        """
         lines = iter(lines)
         first = 1
         while chunk := list(itertools.islice(lines, chunk_lines)):
-            yield from self._translate_chunk(chunk, first)
+            yield from self._translate_chunk(chunk, first, progress or (lambda n: None))
             first += len(chunk)
 
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
         """The best translation's text for each line."""
         return [results[0].text for results in self.translate(lines)]
 
-    def _translate_chunk(self, chunk: list[str], first_line: int) -> list[list[Translation]]:
+    def _translate_chunk(self, chunk: list[str], first_line: int, progress: Callable) -> list[list[Translation]]:
         results = [[Translation(text="", score=0.0, log_prob=0.0, tokens=[])] for _ in chunk]
         todo = [i for i, line in enumerate(chunk) if line.strip()]
+        if len(todo) < len(chunk):
+            progress(len(chunk) - len(todo))  # empty lines are done at once
         if not todo:
             return results
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
@@ -114,6 +123,7 @@ class Translator:
             batch = order[start:end].tolist()
             for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch])):
                 results[todo[j]] = translations
+            progress(len(batch))
         return results
 
     def _truncate(self, ids: list[int], line_number: int) -> list[int]:
