@@ -146,15 +146,15 @@ def _generation_config(decode, max_positions: int):
     )  # fmt: skip
 
 
-def export_hf(model, tokenizer, config, output: Path) -> None:
-    """Write a `from_pretrained` directory: config, safetensors weights, generation config, MarianTokenizer."""
+def hf_model_from_ours(model, config):
+    """The `MarianMTModel` (post-LN) or `PegasusForConditionalGeneration` (pre-LN) computing what `model` computes."""
     check_hf(config.model)
     try:
-        from transformers import MarianMTModel, MarianTokenizer, PegasusForConditionalGeneration
+        from transformers import MarianMTModel, PegasusForConditionalGeneration
     except ImportError:
         raise UserError(f"--format hf needs Hugging Face transformers: {INSTALL}") from None
     hf_class = PegasusForConditionalGeneration if config.model.norm_first else MarianMTModel
-    hf_model = hf_class(_hf_config(config.model, tokenizer.tgt_vocab_size)).eval()
+    hf_model = hf_class(_hf_config(config.model, model.output_proj.weight.size(0))).eval()
     missing, unexpected = hf_model.load_state_dict(hf_state_dict(model, config.model.norm_first), strict=False)
     missing = [k for k in missing if not k.endswith("embed_positions.weight")]
     if missing or unexpected:  # a transformers version with other names: refuse rather than export half a model
@@ -166,6 +166,17 @@ def export_hf(model, tokenizer, config, output: Path) -> None:
     if not torch.allclose(ours, theirs, atol=1e-5):
         raise UserError("this transformers version's sinusoid table differs from the paper's; cannot export")
     hf_model.generation_config = _generation_config(config.decode, config.model.max_positions)
+    return hf_model
+
+
+def export_hf(model, tokenizer, config, output: Path) -> None:
+    """Write a `from_pretrained` directory: config, safetensors weights, generation config, MarianTokenizer."""
+    hf_model = hf_model_from_ours(model, config)
+    from transformers import MarianTokenizer
+
+    if config.decode.length_penalty != "fairseq":
+        kind = config.decode.length_penalty
+        log.warning("note: generate's length penalty is len^alpha (ours: fairseq); %s has no equivalent there", kind)
     output.mkdir(parents=True, exist_ok=True)
     hf_model.save_pretrained(output, safe_serialization=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,8 +253,13 @@ def ctranslate2_spec(model, tokenizer, model_config):
     return spec
 
 
-def export_ctranslate2(model, tokenizer, config, output: Path, quantization: str | None = None) -> None:
-    """Write a `ctranslate2.Translator` directory (weights in `quantization`, default float32) and the .spm files."""
+def export_ctranslate2(
+    model, tokenizer, config, output: Path, quantization: str | None = None, *, spm: bool = True
+) -> None:
+    """Write a `ctranslate2.Translator` directory (weights in `quantization`, default float32) and the .spm files.
+
+    `tokenizer` needs only `src_piece`, `tgt_piece` and the vocabulary sizes when `spm` is False.
+    """
     try:
         import ctranslate2.converters
     except ImportError:
@@ -255,7 +271,8 @@ def export_ctranslate2(model, tokenizer, config, output: Path, quantization: str
             return spec
 
     _SpecConverter().convert(str(output), quantization=quantization, force=True)
-    _write_spm(tokenizer, output)
+    if spm:
+        _write_spm(tokenizer, output)
 
 
 def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path, quantization: str | None = None) -> Path:
