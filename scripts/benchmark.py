@@ -304,7 +304,7 @@ def _decode_engines(model, tokenizer, config, names, args, tmp) -> dict:
         for c in computes:
             translator = ctranslate2.Translator(str(tmp / "ct2"), device="cpu", compute_type="float32" if c == "fp32"
                                                 else "int8", intra_threads=args.threads, inter_threads=1)  # fmt: skip
-            out[c]["ctranslate2"] = db.ct2_engine(translator, tokenizer)
+            out[c]["ctranslate2"] = db.ct2_engine(translator, tokenizer, suppress=not args.checkpoint)
     if "hf" in names and "fp32" in computes:
         from transformer.export import hf_model_from_ours
 

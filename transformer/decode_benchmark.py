@@ -9,8 +9,8 @@ the same settings, which is what makes their outputs comparable token for token:
 - one maximum output length per batch, floor(max_len_a * S_max + max_len_b) with S_max the batch's longest source
   (HF and CT2 have no per-sentence limit); `forced` > 0 instead forces every output to exactly that many tokens
   (min = max length), the setting for random weights;
-- PAD and BOS banned after the log-softmax in ours and HF (`bad_words_ids`); CT2 is not told (its suppression
-  renormalises) and its outputs still matched ours token for token (tests/test_export.py).
+- PAD and BOS banned after the log-softmax in ours and HF (`bad_words_ids`). CT2 is told only for random weights
+  (see `ct2_engine`): a trained model never picks them, and CT2's outputs then match ours token for token.
 Tokenization and detokenization are outside the timings. Target tokens/s counts each engine's own output tokens
 (EOS excluded), so identical outputs give identical counts.
 """
@@ -91,7 +91,10 @@ def hf_engine(hf_model) -> Callable:
     return run
 
 
-def ct2_engine(translator, tokenizer) -> Callable:
+def ct2_engine(translator, tokenizer, *, suppress: bool = False) -> Callable:
+    """`suppress`: ban PAD and BOS (needed for random weights, whose tied embeddings favour the input token; CT2
+    then renormalises over the other tokens, which ours and HF do not, so beam scores differ slightly)."""
+    banned = [[tokenizer.tgt_piece(PAD_ID)], [tokenizer.tgt_piece(BOS_ID)]] if suppress else None
     src_piece, piece_id = tokenizer.src_piece, {tokenizer.tgt_piece(i): i for i in range(tokenizer.tgt_vocab_size)}
 
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
@@ -99,6 +102,7 @@ def ct2_engine(translator, tokenizer) -> Callable:
         results = translator.translate_batch(
             [[src_piece(i) for i in row] for row in rows], beam_size=s.beam, length_penalty=s.alpha,
             max_decoding_length=high, min_decoding_length=low, max_batch_size=0, patience=1,
+            suppress_sequences=banned,
         )  # fmt: skip
         return [[piece_id[p] for p in r.hypotheses[0]] for r in results]
 
