@@ -219,7 +219,13 @@ def decode_main(argv: list[str] | None = None) -> None:
     names = args.engines.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="decode_bench_"))
     engines_by_compute = _decode_engines(model, tokenizer, config, names, args, tmp)
-    device_name = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} threads"
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").is_file():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), cpu)
+    device_name = f"{cpu} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
     for compute, engines in engines_by_compute.items():
         for beam in map(int, args.beams.split(",")):
             settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
@@ -245,7 +251,7 @@ def decode_main(argv: list[str] | None = None) -> None:
                              for n, e in record["engines"].items())  # fmt: skip
             print(f"{shape} | {'greedy' if beam == 1 else f'beam {beam}'} | {compute}: {line}", flush=True)
             Path(args.out).mkdir(parents=True, exist_ok=True)
-            slug = "".join(ch if ch.isalnum() else "_" for ch in shape).strip("_")
+            slug = "".join(ch if ch.isalnum() else "_" for ch in shape.split()[0])  # "base (6+6, ...)" -> base
             path = Path(args.out) / f"decode_cpu_{slug}_{'greedy' if beam == 1 else f'beam{beam}'}_{compute}.json"
             path.write_text(json.dumps(record, indent=2) + "\n")
 

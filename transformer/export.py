@@ -140,7 +140,7 @@ def _generation_config(decode, max_positions: int):
     from transformers import GenerationConfig
 
     return GenerationConfig(
-        num_beams=decode.beam_size, early_stopping=True, length_penalty=decode.alpha, max_length=max_positions,
+        num_beams=decode.beam_size, early_stopping=True, length_penalty=decode.alpha, max_new_tokens=max_positions - 1,
         bad_words_ids=[[PAD_ID], [BOS_ID]], decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID,
         eos_token_id=EOS_ID, pad_token_id=PAD_ID, forced_eos_token_id=None,
     )  # fmt: skip
