@@ -211,6 +211,15 @@ def test_cli_rejects_unknown_format(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_export_never_replaces_foreign_files(tmp_path, capsys):
+    path = build_trained(tmp_path, norm_first=False, activation="relu", steps=0)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    code = export_main(["--checkpoint", str(path), "--format", "ctranslate2", "--output", str(tmp_path / "out")])
+    assert code == 2 and "notes.txt" in capsys.readouterr().err
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
 def test_export_needs_existing_checkpoint(tmp_path, capsys):
     code = export_main(["--checkpoint", str(tmp_path / "nope.pt"), "--format", "hf", "--output", str(tmp_path / "o")])
     assert code == 2 and "checkpoint not found" in capsys.readouterr().err

@@ -37,6 +37,12 @@ from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 log = logging.getLogger(__name__)
 
 FORMATS = ("hf", "ctranslate2")
+CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+EXPORT_FILES = {  # what either format writes; a re-export may replace these
+    "config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json", "special_tokens_map.json",
+    "vocab.json", "source.spm", "target.spm", "model.bin", "shared_vocabulary.json", "source_vocabulary.json",
+    "target_vocabulary.json",
+}  # fmt: skip
 INSTALL = "pip install 'transformer[export]' (or: pip install transformers ctranslate2)"
 
 
@@ -283,9 +289,15 @@ def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path, quan
         raise UserError(f"unknown export format {fmt!r}: use {' or '.join(FORMATS)}")
     if quantization and fmt != "ctranslate2":
         raise UserError("--quantization applies to --format ctranslate2 only")
+    if quantization and quantization not in CT2_QUANTIZATIONS:
+        raise UserError(f"unknown --quantization {quantization!r}: use one of {', '.join(CT2_QUANTIZATIONS)}")
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {output} exists and is not a directory")
+    foreign = sorted(p.name for p in output.iterdir() if p.name not in EXPORT_FILES) if output.is_dir() else []
+    if foreign:  # CTranslate2's converter empties the directory first: never on someone's files
+        raise UserError(f"--output {output} holds files an export did not write ({', '.join(foreign[:3])}); "
+                        "choose a new or empty directory")  # fmt: skip
     model, tokenizer, config = build_model(load_checkpoint(checkpoint), "cpu")
     if fmt == "hf":
         export_hf(model, tokenizer, config, output)
