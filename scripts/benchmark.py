@@ -1,6 +1,7 @@
 """Training throughput of our Transformer against peers of the same shape, in the same run.
 
     python scripts/benchmark.py --config configs/base.yaml --vocab 37000 --tokens 25000 --steps 20
+    python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it) and, when `transformers` is
 installed, Hugging Face's `MarianMTModel`. Each model trains on the same random batches of WMT-like lengths
@@ -12,6 +13,8 @@ A benchmark, not a test: run it on the machine you want to know about and record
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 import warnings
 
@@ -170,5 +173,160 @@ def main() -> None:
         del model
 
 
+# ---------------------------------------------------------------------------------------------- decode mode
+
+
+def decode_main(argv: list[str] | None = None) -> None:
+    """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [...]
+
+    Ours against CTranslate2 and HF generate on the same weights (transformer/decode_benchmark.py has the rules);
+    one JSON per search and compute type in --out.
+    """
+    import json
+    import tempfile
+    from datetime import date
+    from pathlib import Path
+
+    from transformer import decode_benchmark as db
+
+    parser = argparse.ArgumentParser(prog="benchmark.py decode", description=decode_main.__doc__)
+    parser.add_argument("--checkpoint", help="a trained model: decode its config's data.test split")
+    parser.add_argument("--config", default="configs/base.yaml", help="without --checkpoint: a random model's shape")
+    parser.add_argument("--vocab", type=int, default=8000, help="without --checkpoint: vocabulary size")
+    parser.add_argument("--sentences", type=int, default=256, help="without --checkpoint: random sources")
+    parser.add_argument("--src-len", type=int, default=24, help="without --checkpoint: mean source length")
+    parser.add_argument("--forced", type=int, default=0, help="force every output to this many tokens")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    parser.add_argument("--beams", default="1,4")
+    parser.add_argument("--computes", default="fp32,int8")
+    parser.add_argument("--engines", default="ours,ctranslate2,hf")
+    parser.add_argument("--alpha", type=float, default=1.0)
+    parser.add_argument("--max-len-a", type=float, default=1.2)
+    parser.add_argument("--max-len-b", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per engine; the fastest counts")
+    parser.add_argument("--shape", help="name of the shape in the JSON (default: from the model)")
+    parser.add_argument("--out", default="docs/results")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer, config, sources, references = _decode_inputs(args)
+    c = config.model
+    shape = (
+        args.shape
+        or f"{c.n_encoder_layers}+{c.n_decoder_layers}, d{c.d_model}, ff{c.d_ff}, V{model.output_proj.out_features}"
+    )
+    batches = db.batches_of(sources, args.batch_size)
+    names = args.engines.split(",")
+    tmp = Path(tempfile.mkdtemp(prefix="decode_bench_"))
+    engines_by_compute = _decode_engines(model, tokenizer, config, names, args, tmp)
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").is_file():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), cpu)
+    device_name = f"{cpu} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
+    for compute, engines in engines_by_compute.items():
+        for beam in map(int, args.beams.split(",")):
+            settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
+                                         max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
+            result = db.time_engines(engines, sources, batches, settings, args.repeats)
+            ours = result.get("ours", {}).get("outputs")
+            record = {"kind": "decode", "device": device_name, "date": date.today().isoformat(),
+                      "command": "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:]),
+                      "shape": shape, "beam": beam, "compute": compute, "sentences": len(sources),
+                      "batch_size": args.batch_size, "forced_length": args.forced or None,
+                      "settings": vars(settings), "engines": {}}  # fmt: skip
+            for name, r in result.items():
+                entry = {k: r[k] for k in ("tokens_per_s", "seconds", "tokens")}
+                if ours is not None:
+                    entry["same_as_ours"] = round(sum(a == b for a, b in zip(r["outputs"], ours)) / len(ours), 4)
+                if references is not None:
+                    from transformer.evaluation import corpus_scores
+
+                    entry["bleu"] = corpus_scores(tokenizer.decode_tgt(r["outputs"]), references)["bleu"]
+                record["engines"][name] = entry
+            line = ", ".join(f"{n} {e['tokens_per_s']:,.0f} tok/s" + (f" BLEU {e['bleu']:.2f}" if "bleu" in e else "")
+                             + (f" same {e['same_as_ours']:.3f}" if "same_as_ours" in e else "")
+                             for n, e in record["engines"].items())  # fmt: skip
+            print(f"{shape} | {'greedy' if beam == 1 else f'beam {beam}'} | {compute}: {line}", flush=True)
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            slug = "".join(ch if ch.isalnum() else "_" for ch in shape.split()[0])  # "base (6+6, ...)" -> base
+            path = Path(args.out) / f"decode_cpu_{slug}_{'greedy' if beam == 1 else f'beam{beam}'}_{compute}.json"
+            path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _decode_inputs(args):
+    """(model, tokenizer, config, sources as id lists, references or None)."""
+    from transformer.checkpoint import build_model, load_checkpoint
+    from transformer.config import load_config
+
+    if args.checkpoint:
+        from transformer.corpus import load_pairs
+
+        model, tokenizer, config = build_model(load_checkpoint(args.checkpoint))
+        texts, references = load_pairs(config.data.test, config.data)
+        ids = tokenizer.encode_src(texts)
+        limit = model.max_positions
+        ids = [row if len(row) <= limit else row[: limit - 1] + [EOS] for row in ids]
+        return model, tokenizer, config, ids, references
+    config = load_config(args.config, [])
+    torch.manual_seed(0)
+    model = Transformer.from_config(config.model, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(args.src_len // 2, args.src_len * 3 // 2, (args.sentences,), generator=g).tolist()
+    ids = [torch.randint(4, args.vocab, (n - 1,), generator=g).tolist() + [EOS] for n in lengths]
+    return model.eval(), _Pieces(args.vocab), config, ids, None
+
+
+class _Pieces:
+    """A stand-in vocabulary for a random model: piece i is "t<i>" (CTranslate2 needs names, not a tokenizer)."""
+
+    def __init__(self, size: int) -> None:
+        self.src_vocab_size = self.tgt_vocab_size = size
+
+    def src_piece(self, i: int) -> str:
+        return ("<pad>", "<unk>", "<s>", "</s>")[i] if i < 4 else f"t{i}"
+
+    tgt_piece = src_piece
+
+
+def _decode_engines(model, tokenizer, config, names, args, tmp) -> dict:
+    """{compute: {engine name: run function}} for fp32 and int8, on weights exported from `model`."""
+    from transformer import decode_benchmark as db
+    from transformer.api import quantize_int8
+
+    computes = args.computes.split(",")
+    out = {c: {} for c in computes}
+    if "ours" in names:
+        for c in computes:
+            out[c]["ours"] = db.ours_engine(model if c == "fp32" else quantize_int8(model))
+    if "ctranslate2" in names:
+        import ctranslate2
+
+        from transformer.export import export_ctranslate2
+
+        export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
+        for c in computes:
+            translator = ctranslate2.Translator(str(tmp / "ct2"), device="cpu", compute_type="float32" if c == "fp32"
+                                                else "int8", intra_threads=args.threads, inter_threads=1)  # fmt: skip
+            out[c]["ctranslate2"] = db.ct2_engine(translator, tokenizer, suppress=not args.checkpoint)
+    if "hf" in names and "fp32" in computes:
+        from transformer.export import hf_model_from_ours
+
+        hf_dir = tmp / "hf"
+        hf_model_from_ours(model, config).save_pretrained(hf_dir)
+        from transformers import AutoModelForSeq2SeqLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
+
+        out["fp32"]["hf"] = db.hf_engine(AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval())
+    return out
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["decode"]:
+        decode_main(sys.argv[2:])
+    else:
+        main()

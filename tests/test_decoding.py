@@ -345,3 +345,17 @@ def test_generate_dispatches_on_the_config():
     assert generate(GARDEN, src, mask, DecodeConfig(beam_size=2), **IDS)[0][0].tokens == [B_]
     sampled = generate(GARDEN, src, mask, DecodeConfig(sampling=True, top_k=1, nbest=2), **IDS)
     assert [h.tokens for h in sampled[0]] == [[A], [A]]
+
+
+def test_greedy_finished_rows_leave_the_batch():
+    """Max length = S (2, 4, 6 tokens): rows leave as they finish, and each result equals its sentence alone."""
+    model = random_model(seed=5)
+    sources = [[A, EOS], [B_, A, C, EOS], [C, C, A, B_, A, EOS]]
+    src = torch.tensor([s + [PAD] * (6 - len(s)) for s in sources])
+    rows, decode_step = [], model.decode_step
+    model.decode_step = lambda tokens, cache: rows.append(tokens.size(0)) or decode_step(tokens, cache)
+    together = greedy_decode(model, src, make_pad_mask(src, PAD), max_len_a=1.0, max_len_b=0, **IDS)
+    assert rows[0] == 3 and rows == sorted(rows, reverse=True) and rows[-1] == 1 and len(rows) <= 6
+    for source, hyp in zip(sources, together):
+        [alone] = greedy_decode(model, *one_source(*source[:-1]), max_len_a=1.0, max_len_b=0, **IDS)
+        assert (alone.tokens, alone.score) == (hyp.tokens, hyp.score)

@@ -148,7 +148,7 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
     assert out.splitlines() == read_lines(tmp_path / "h")
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "average"])
+@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "average", "export"])
 def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
     from transformer.cli import main
 

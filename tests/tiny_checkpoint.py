@@ -64,3 +64,42 @@ def build(folder: Path) -> dict[str, Path]:
         model.decoder.embedding.weight[3] *= 3
     save_checkpoint(model_state(model, config, tokenizer), folder / "checkpoint.pt")
     return {"checkpoint": folder / "checkpoint.pt", "src": folder / "test.src", "ref": folder / "test.ref"}
+
+
+def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int = 150) -> Path:
+    """A tiny model trained for a few seconds to reverse word order, so its outputs are peaked and varied.
+
+    Dimensions all differ (d_model 24, 2 heads, d_ff 40, 2 + 3 layers). Written to folder/checkpoint.pt.
+    """
+    from transformer.training import label_smoothed_loss
+
+    src, tgt = sentences(2000, seed=5), None
+    tgt = [" ".join(reversed(s.split())) for s in src]
+    config = from_dict({
+        "model": dict(d_model=24, n_heads=2, d_ff=40, n_encoder_layers=2, n_decoder_layers=3, dropout=0.0,
+                      max_positions=40, norm_first=norm_first, activation=activation),
+        "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=60),
+        "decode": dict(max_len_a=0.0, max_len_b=30, beam_size=4, length_penalty="fairseq", alpha=1.0),
+    })  # fmt: skip
+    tokenizer = Tokenizer.train(src, tgt, vocab_size=60)
+    torch.manual_seed(0)
+    model = Transformer.from_config(
+        config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
+    )
+    src_ids, tgt_ids = tokenizer.encode_src(src), tokenizer.encode_tgt(tgt)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        batch = torch.randint(len(src), (32,), generator=g).tolist()
+        S, T = max(len(src_ids[i]) for i in batch), max(len(tgt_ids[i]) for i in batch) + 1
+        x = torch.full((32, S), PAD_ID, dtype=torch.long)  # (B, S)
+        y = torch.full((32, T + 1), PAD_ID, dtype=torch.long)  # (B, T+1): BOS + pieces + EOS
+        for b, i in enumerate(batch):
+            x[b, : len(src_ids[i])] = torch.tensor(src_ids[i])
+            y[b, : len(tgt_ids[i]) + 2] = torch.tensor([2] + tgt_ids[i] + [3])
+        loss, _ = label_smoothed_loss(model(x, y[:, :-1]), y[:, 1:], epsilon=0.1, pad_id=PAD_ID)
+        optimizer.zero_grad()
+        (loss / (y[:, 1:] != PAD_ID).sum()).backward()
+        optimizer.step()
+    save_checkpoint(model_state(model.eval(), config, tokenizer), folder / "checkpoint.pt")
+    return folder / "checkpoint.pt"

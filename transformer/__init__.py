@@ -5,4 +5,15 @@ from transformer.errors import UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "DataConfig", "DecodeConfig", "ModelConfig", "TrainConfig", "UserError", "load_config"]
+__all__ = [
+    "Config", "DataConfig", "DecodeConfig", "ModelConfig", "TrainConfig", "Translator", "UserError", "load_config"
+]  # fmt: skip
+
+
+def __getattr__(name: str):
+    """`from transformer import Translator` loads torch only when asked for (the CLI imports this package)."""
+    if name == "Translator":
+        from transformer.api import Translator
+
+        return Translator
+    raise AttributeError(f"module 'transformer' has no attribute {name!r}")

@@ -289,12 +289,36 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     return run_evaluate(args)
 
 
+@user_errors_exit_2
+def export_main(argv: list[str] | None = None) -> int:
+    """transformer-export --checkpoint CKPT --format hf|ctranslate2 --output DIR"""
+    parser = _parser(
+        "transformer-export",
+        "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
+        "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
+        "--quantization int8",
+    )
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file (config and SentencePiece model inside)")
+    parser.add_argument("--format", required=True, choices=["hf", "ctranslate2"], help="what to write")
+    parser.add_argument("--output", required=True, help="output directory (created; existing files replaced)")
+    parser.add_argument("--quantization", help="ctranslate2 only: int8, int8_float32, float16, ... (default float32)")
+    args = parser.parse_args(argv)
+    from transformer.export import export_checkpoint
+
+    output = export_checkpoint(args.checkpoint, args.format, args.output, args.quantization)
+    print(f"wrote {args.format} model to {output}")
+    return 0
+
+
 COMMANDS = {
     "prepare": "prepare_main",
     "train": "train_main",
     "translate": "translate_main",
     "evaluate": "evaluate_main",
     "average": "average_main",
+    "export": "export_main",
 }
 
 

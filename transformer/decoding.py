@@ -78,8 +78,14 @@ def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: i
 # ------------------------------------------------------------------------------------ greedy and sampling
 
 
-def _decode_rows(model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len):
-    """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length."""
+def _decode_rows(
+    model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, drop_finished=False
+):
+    """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length.
+
+    drop_finished: finished rows leave the batch (and the cache) at the next step, as done sentences do in beam
+    search; the other rows' computations are unchanged. Sampling keeps them, so its random stream stays the same.
+    """
     B = src.size(0)
     max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
     cache = model.init_cache(model.encode(src, src_mask), src_mask)
@@ -87,7 +93,18 @@ def _decode_rows(model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_
     log_prob = torch.zeros(B, device=src.device)  # (B,)
     lengths = torch.zeros(B, dtype=torch.long, device=src.device)  # (B,) output tokens without EOS
     alive = max_lens > 0  # (B,)
+    rows = torch.arange(B, device=src.device)  # (B,) each batch row's index in the input
+    done: dict[int, Hypothesis] = {}
     for step in range(int(max_lens.max().item()) if B else 0):
+        if drop_finished and not alive.all():
+            _collect(done, rows[~alive], tokens[~alive], lengths[~alive], log_prob[~alive])
+            keep = alive.nonzero().squeeze(1)  # (B',)
+            if keep.numel() == 0:
+                break
+            cache.reorder(keep)
+            tokens, log_prob, lengths, alive, max_lens, rows = (
+                t[keep] for t in (tokens, log_prob, lengths, alive, max_lens, rows)
+            )
         if not alive.any():
             break
         step_log_probs = model.decode_step(tokens[:, -1:], cache)  # (B, V)
@@ -99,8 +116,14 @@ def _decode_rows(model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_
         ended = alive & (next_tokens == eos_id)  # (B,)
         lengths += (alive & ~ended).long()
         alive = alive & ~ended & (step + 1 < max_lens)
-    rows, lengths, log_prob = tokens[:, 1:].tolist(), lengths.tolist(), log_prob.tolist()
-    return [Hypothesis(row[:n], lp, lp) for row, n, lp in zip(rows, lengths, log_prob)]
+    _collect(done, rows, tokens, lengths, log_prob)
+    return [done[b] for b in range(B)]
+
+
+def _collect(done: dict[int, Hypothesis], rows, tokens, lengths, log_prob) -> None:
+    """done[input row] = its hypothesis: tokens (B', t+1) BOS first, lengths (B',), log_prob (B',)."""
+    for b, row, n, lp in zip(rows.tolist(), tokens[:, 1:].tolist(), lengths.tolist(), log_prob.tolist()):
+        done[b] = Hypothesis(row[:n], lp, lp)
 
 
 @torch.inference_mode()
@@ -110,7 +133,7 @@ def greedy_decode(
     """Argmax at every step. src (B, S) long, src_mask (B, 1, 1, S) bool -> B hypotheses, in input order."""
     lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
     choose = lambda log_probs: log_probs.argmax(dim=-1)  # (B, V) -> (B,)
-    return _decode_rows(model, src, src_mask, choose, bos_id=bos_id, eos_id=eos_id, **lengths)
+    return _decode_rows(model, src, src_mask, choose, bos_id=bos_id, eos_id=eos_id, drop_finished=True, **lengths)
 
 
 def filter_logits(log_probs: torch.Tensor, *, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

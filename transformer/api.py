@@ -1,0 +1,93 @@
+"""The Python API: a checkpoint in, translations out.
+
+    from transformer import Translator
+    t = Translator.from_checkpoint("runs/demo/checkpoint_last.pt", device="cpu", beam_size=4)
+    t.translate(["Hola."])            # -> ["Hello."]
+    t.translate(["Hola."], nbest=4)   # -> [[Translation(text, score, log_prob, tokens), ...]], best first
+
+A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
+into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
+checkpoint's `decode` section; keyword arguments replace fields of `DecodeConfig` (beam_size, alpha,
+length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as the config is.
+`int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from transformer.errors import UserError
+from transformer.translator import Translation
+from transformer.translator import Translator as _Engine
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` whose nn.Linear layers run in int8 (weights per channel, activations quantized per batch).
+
+    `torch.ao.quantization.quantize_dynamic`, CPU only; embeddings, LayerNorm and attention stay float32.
+    """
+    import copy
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # torch >= 2.10 points to torchao; torch.ao still works and needs nothing more
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+class Translator:
+    """Text in, text out, from a checkpoint. See the module docstring."""
+
+    def __init__(self, model, tokenizer, config, *, device: str | torch.device = "cpu", precision: str = "fp32"):
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.device, self.precision = device, precision
+        self._engines: dict[int, _Engine] = {}
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, *, device: str | torch.device = "cpu", precision: str = "fp32", int8: bool = False,
+        **decode: object,
+    ) -> Translator:  # fmt: skip
+        """Load `path` (weights_only); `decode` keywords override the checkpoint's decoding settings."""
+        from transformer.checkpoint import build_model, load_checkpoint
+        from transformer.translator import pick_device
+
+        device = pick_device(str(device))
+        model, tokenizer, config = build_model(load_checkpoint(path), "cpu")
+        unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(config.decode)})
+        if unknown:
+            raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; see DecodeConfig in config.py")
+        if decode:
+            config = config.replace("decode", **decode)
+        if int8:
+            if device.type != "cpu":
+                raise UserError("int8=True is PyTorch's CPU dynamic quantization; use device='cpu'")
+            model = quantize_int8(model)
+        return cls(model, tokenizer, config, device=device, precision=precision)
+
+    def _engine(self, nbest: int) -> _Engine:
+        if nbest not in self._engines:
+            beam = self.config.decode.beam_size
+            if nbest > beam:
+                raise UserError(
+                    f"nbest {nbest} needs beam_size >= {nbest} (it is {beam}): from_checkpoint(beam_size=...)"
+                )
+            decode = dataclasses.replace(self.config.decode, nbest=nbest)
+            self._engines[nbest] = _Engine(
+                self.model, self.tokenizer, decode, device=self.device, precision=self.precision
+            )
+        return self._engines[nbest]
+
+    def translate(self, texts: str | Sequence[str], *, nbest: int | None = None) -> list[str] | list[list[Translation]]:
+        """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        results = list(self._engine(nbest or 1).translate(list(texts)))
+        if nbest is None:
+            return [hyps[0].text for hyps in results]
+        return results
