@@ -1,4 +1,5 @@
-"""Attention against hand-computed vectors (SEED-NOTES section 3: A, B, C, I) and an explicit reference."""
+"""Attention against vectors worked by hand from the paper's formula softmax(QK^T / sqrt(d_k)) V (section 3.2.1),
+and against an explicit reference."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def both_paths(q, k, v, mask=None):
 
 
 def test_example_a_forward_and_backward():
+    """Row 1: scores (1, 2)/sqrt(3), softmax (0.3595, 0.6405); row 2: equal scores, (0.5, 0.5). Outputs are those
+    weights times V; gradients by the chain rule through the softmax, each worked by hand."""
     q = T([[1, 0, 1], [0, 1, 1]]).requires_grad_()
     k = T([[1, 1, 0], [1, 0, 1]]).requires_grad_()
     v = T([[2, 0, 1], [1, 1, 0]]).requires_grad_()
@@ -39,6 +42,7 @@ def test_example_a_forward_and_backward():
 
 
 def test_example_b_single_query():
+    """Scores (1, 1, 2)/sqrt(3): softmax (0.2645, 0.2645, 0.4711); output = 0.2645*(1+3) + 0.4711*5, and so on."""
     q, k, v = T([[1, 0, 1]]), T([[1, 1, 0], [0, 1, 1], [1, 0, 1]]), T([[1, 2], [3, 4], [5, 6]])
     torch.testing.assert_close((q @ k.T / math.sqrt(3)).softmax(-1), T([[0.2645, 0.2645, 0.4711]]), atol=1e-4, rtol=0)
     for out in both_paths(q, k, v):
@@ -46,6 +50,7 @@ def test_example_b_single_query():
 
 
 def test_example_c_projections():
+    """Q = X W_q, K = X W_k, V = X W_v by hand (integer products), then the formula with d_k = 2."""
     x = T([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]])
     wq, wk = T([[1, 0], [0, 1], [1, 0], [0, 1]]), T([[0, 1], [1, 0], [0, 1], [1, 0]])
     wv = T([[1, 1], [0, 0], [0, 1], [1, 0]])
@@ -57,6 +62,7 @@ def test_example_c_projections():
 
 
 def test_example_i_causal_mask_as_additive():
+    """Section 3.2.3: position i may attend to positions <= i; the additive form sets the rest to -inf."""
     additive = torch.zeros(4, 4).masked_fill(~make_causal_mask(4), float("-inf"))
     inf = float("-inf")
     expected = [[0, inf, inf, inf], [0, 0, inf, inf], [0, 0, 0, inf], [0, 0, 0, 0]]

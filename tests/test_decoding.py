@@ -113,8 +113,9 @@ def teacher_forced_log_prob(model, src, hyp: Hypothesis, eos: bool) -> float:
 # ------------------------------------------------------------------------------------------- scripted models
 
 
-def test_seed_greedy_example_j():
-    """SEED-NOTES 3.J: vocab [the, cat, sat, on, END] -> 'the cat sat on' then END."""
+def test_greedy_worked_example():
+    """Greedy by hand: vocab [the, cat, sat, on, END]; each step's most probable token (0.8, 0.7, 0.85, 0.85, 0.95)
+    gives 'the cat sat on' then END."""
     THE, CAT, SAT, ON = 4, 5, 6, 7
     steps = [[0.8, 0.05, 0.05, 0.05, 0.05], [0.1, 0.7, 0.1, 0.05, 0.05], [0.05, 0.05, 0.85, 0.03, 0.02],
              [0.02, 0.03, 0.1, 0.85, 0.01], [0.01, 0.01, 0.01, 0.02, 0.95]]  # fmt: skip

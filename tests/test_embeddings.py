@@ -1,4 +1,4 @@
-"""Embeddings and positional encodings: the sinusoid table (SEED-NOTES H), the sqrt(d_model) scale."""
+"""Embeddings and positional encodings: the sinusoid table (section 3.5), the sqrt(d_model) scale (section 3.4)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from transformer.embeddings import (
     sinusoid_table,
 )
 
-# SEED-NOTES section 3, H: d_model = 8, rows 0, 1, 2, 3, 5, 6.
+# Section 3.5 worked by hand for d_model = 8: PE(pos, 2i) = sin(pos / 10000^(2i/8)), PE(pos, 2i+1) = cos(same), so the
+# angles of row pos are pos * (1, 0.1, 0.01, 0.001); e.g. row 1 = sin 1, cos 1, sin 0.1, cos 0.1, ... (4 decimals).
 EXPECTED_PE = {
     0: [0, 1, 0, 1, 0, 1, 0, 1],
     1: [0.8415, 0.5403, 0.0998, 0.9950, 0.0100, 1.0000, 0.0010, 1.0000],

@@ -1,7 +1,7 @@
 """Corpus scores with sacreBLEU's own API: BLEU, chrF (chrF++) and TER with their signatures, several references,
 paired significance tests between systems, and the paper's tokenized BLEU as a labelled extra.
 
-What the scores mean (SEED-NOTES section 6):
+What the scores mean:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, mixed case, exponential smoothing), the comparable
   number; reported with its signature, e.g. `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`.
   It equals the `sacrebleu` command line's score on the same files.
