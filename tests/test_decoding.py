@@ -33,10 +33,12 @@ class ScriptedCache:
     sources: list[tuple[int, ...]]
     prefixes: list[tuple[int, ...]]  # output tokens so far per row, BOS first
 
-    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
-        if cross:  # like DecoderCache: with cross=False the sources stay put, so a row leaving its sentence shows
-            self.sources = [self.sources[i] for i in index.tolist()]
-        self.prefixes = [self.prefixes[i] for i in index.tolist()]
+    def keep_rows(self, index: torch.Tensor) -> None:
+        self.sources = [self.sources[i] for i in index.tolist()]
+        self.rerank_beams(index)
+
+    def rerank_beams(self, index: torch.Tensor) -> None:  # like DecoderCache: the sources stay put, so a row
+        self.prefixes = [self.prefixes[i] for i in index.tolist()]  # moved to another sentence shows
 
 
 class ScriptedModel:

@@ -141,7 +141,7 @@ def test_decode_step_equals_full_decode(norm_first, positional):
     assert cache.layers[0].self_k.shape == (3, 2, 6, 8)
 
 
-def test_cache_reorder_equals_permuted_inputs(model):
+def test_cache_keep_rows_equals_permuted_inputs(model):
     src, tgt = random_tokens(3, 7), random_tokens(3, 4, seed=1)
     order = torch.tensor([2, 0, 0, 1])
     with torch.no_grad():
@@ -149,24 +149,24 @@ def test_cache_reorder_equals_permuted_inputs(model):
         cache = model.init_cache(model.encode(src, src_mask), src_mask)
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
-        cache.reorder(order)
+        cache.keep_rows(order)
         reordered = model.decode_step(tgt[order, 3:4], cache)
         expected = model.decode(tgt[order], model.encode(src[order], src_mask[order]), src_mask[order])
     torch.testing.assert_close(reordered, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
 
 
-def test_cache_reorder_within_sentences_leaves_cross_attention_alone(model):
-    """cross=False after the K-fold expansion: re-ranking beams of one sentence equals the full forward."""
+def test_cache_rerank_beams_leaves_cross_attention_alone(model):
+    """After the K-fold expansion, re-ranking the beams of one sentence equals the full forward."""
     src, tgt = random_tokens(2, 7), random_tokens(4, 4, seed=1)  # 2 sentences x 2 beams
     expand, within = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 3, 2])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
         cache = model.init_cache(model.encode(src, src_mask), src_mask)
-        cache.reorder(expand)
+        cache.keep_rows(expand)
         cross_k = cache.layers[0].cross_k
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
-        cache.reorder(within, cross=False)
+        cache.rerank_beams(within)
         assert cache.layers[0].cross_k is cross_k
         stepped = model.decode_step(tgt[within, 3:4], cache)
         expected = model.decode(tgt[within], model.encode(src[expand], src_mask[expand]), src_mask[expand])

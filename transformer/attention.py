@@ -140,18 +140,20 @@ class DecoderCache:
     src_mask: torch.Tensor  # (N, 1, 1, S) bool
     position: int = 0  # index of the next target position
 
-    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
-        """Keep rows `index` (N',) of every tensor: sentences expanded to K beams, or beams re-ranked.
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (N',) of every tensor: sentences expanded to K beams, or finished sentences dropped."""
+        self.rerank_beams(index)
+        for layer in self.layers:
+            layer.cross_k = layer.cross_k.index_select(0, index)
+            layer.cross_v = layer.cross_v.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
 
-        cross=False moves only the self-attention keys and values. It is for an `index` that maps every row to a
-        row of the same sentence (beams re-ranked within their sentence), whose cross-attention keys and values
-        and source mask are already the same: it saves copying (N, H, S, Dh) twice per layer at every step.
+    def rerank_beams(self, index: torch.Tensor) -> None:
+        """Beams re-ranked within their sentences: row i takes row `index[i]` (N,) of the same sentence.
+
+        Only the self-attention keys and values move: the cross-attention keys and values and the source mask of
+        the rows of one sentence are already equal, so this saves copying (N, H, S, Dh) twice per layer per step.
         """
         for layer in self.layers:
             layer.self_k = layer.self_k.index_select(0, index)
             layer.self_v = layer.self_v.index_select(0, index)
-            if cross:
-                layer.cross_k = layer.cross_k.index_select(0, index)
-                layer.cross_v = layer.cross_v.index_select(0, index)
-        if cross:
-            self.src_mask = self.src_mask.index_select(0, index)

@@ -200,6 +200,11 @@ class DecodeConfig:
     top_k: int = 0  # sample among the k most likely tokens (0 = all)
     top_p: float = 1.0  # sample among the smallest set with this probability mass
 
+    @property
+    def search(self) -> Literal["sampling", "greedy", "beam"]:
+        """The search these settings choose (derived here only): sampling, greedy (beam_size 1) or beam search."""
+        return "sampling" if self.sampling else "greedy" if self.beam_size == 1 else "beam"
+
     def __post_init__(self) -> None:
         _require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
         _require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")

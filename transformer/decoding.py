@@ -2,8 +2,9 @@
 
 Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
 
-This module depends only on the model's decoding interface (see model.py): `encode`, `init_cache`,
-`decode_step`, `cache.reorder`, and the attributes `max_positions` and `pad_id`. The model knows nothing of search.
+This module depends only on the model's decoding interface (see model.py): `encode`, `init_cache`, `decode_step`,
+`cache.keep_rows`, `cache.rerank_beams`, and the attributes `max_positions` and `pad_id`. The model knows nothing
+of search.
 
 Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
 - Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source
@@ -101,7 +102,7 @@ def _decode_rows(
             keep = alive.nonzero().squeeze(1)  # (B',)
             if keep.numel() == 0:
                 break
-            cache.reorder(keep)
+            cache.keep_rows(keep)
             tokens, log_prob, lengths, alive, max_lens, rows = (
                 t[keep] for t in (tokens, log_prob, lengths, alive, max_lens, rows)
             )
@@ -270,7 +271,7 @@ def beam_search(
     )
     _finalise_at_max_length(state, 0)
     cache = model.init_cache(model.encode(src, src_mask), src_mask)
-    cache.reorder(_drop_done(state, torch.arange(B, device=device).repeat_interleave(K)))  # each sentence K times
+    cache.keep_rows(_drop_done(state, torch.arange(B, device=device).repeat_interleave(K)))  # each sentence K times
     step = 0
     while state.sentence:
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
@@ -279,24 +280,24 @@ def beam_search(
         step += 1
         _finalise_at_max_length(state, step)
         if state.done.any():
-            cache.reorder(_drop_done(state, rows))  # sentences leave: every tensor of the cache
+            cache.keep_rows(_drop_done(state, rows))  # sentences leave
         else:
-            cache.reorder(rows, cross=False)  # beams re-ranked within their sentences: self-attention K/V only
+            cache.rerank_beams(rows)
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]
 
 
 def generate(
     model, src, src_mask, decode: DecodeConfig, *, bos_id: int, eos_id: int, generator: torch.Generator | None = None
 ) -> list[list[Hypothesis]]:
-    """Dispatch on the config: sampling, greedy (beam_size 1) or beam search. -> B lists, best first."""
+    """The one dispatcher: `decode.search` picks sampling, greedy or beam search. -> B lists, best first."""
     lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len)
     ids = dict(bos_id=bos_id, eos_id=eos_id)
-    if decode.sampling:
+    if decode.search == "sampling":
         return sample(
             model, src, src_mask, temperature=decode.temperature, top_k=decode.top_k, top_p=decode.top_p,
             num_samples=decode.nbest, generator=generator, **ids, **lengths,
         )  # fmt: skip
-    if decode.beam_size == 1:
+    if decode.search == "greedy":
         return [[hyp] for hyp in greedy_decode(model, src, src_mask, **ids, **lengths)]
     return beam_search(
         model, src, src_mask, beam_size=decode.beam_size, alpha=decode.alpha, length_penalty=decode.length_penalty,

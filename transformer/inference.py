@@ -50,12 +50,11 @@ def resolve_config(stored: Config, args: argparse.Namespace) -> Config:
 
 def describe_decode(decode: DecodeConfig) -> str:
     """One line naming every setting that changes the output."""
-    if decode.sampling:
-        search = f"sampling (temperature {decode.temperature}, top-k {decode.top_k}, top-p {decode.top_p})"
-    elif decode.beam_size == 1:
-        search = "greedy"
-    else:
-        search = f"beam {decode.beam_size}, length penalty {decode.length_penalty} alpha {decode.alpha}"
+    search = {
+        "sampling": f"sampling (temperature {decode.temperature}, top-k {decode.top_k}, top-p {decode.top_p})",
+        "greedy": "greedy",
+        "beam": f"beam {decode.beam_size}, length penalty {decode.length_penalty} alpha {decode.alpha}",
+    }[decode.search]
     return (
         f"{search}, max length {decode.max_len_a}*S+{decode.max_len_b}, min length {decode.min_len}, "
         f"batches of {decode.max_tokens} source tokens"
@@ -146,14 +145,13 @@ def run_translate(args: argparse.Namespace) -> int:
     translator, config, _ = _load(args)
     lines, total, interactive = _input_lines(args)
     chunk = 1 if interactive else args.chunk_lines
-    nbest = args.nbest is not None and args.nbest > 1 or config.decode.nbest > 1
     done = 0
     to_file = args.output is not None and args.output != "-"
     try:  # the output file appears (atomically) only once every line is translated
         output = atomic_output(args.output) if to_file else contextlib.nullcontext(sys.stdout)
         with output as out, _progress(total, args.quiet or interactive) as bar:
             for index, results in enumerate(translator.translate(lines, chunk_lines=chunk, progress=bar.update)):
-                if nbest:
+                if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it
                     out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
                 else:
                     out.write(results[0].text + "\n")

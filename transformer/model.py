@@ -6,7 +6,8 @@ Legend: B batch, S source length, T target length, D d_model, V vocabulary, K be
     logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V) teacher forcing
     cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per layer
     log_probs = model.decode_step(tokens, cache)     # (N, 1) -> (N, V), appends self-attention K/V
-    cache.reorder(index)                             # rows kept or repeated (cross=False: within sentences)
+    cache.keep_rows(index)                           # rows kept or repeated: sentences expanded or dropped
+    cache.rerank_beams(index)                        # beams re-ranked within their sentences
 
 The model knows nothing of search, data or training.
 """
