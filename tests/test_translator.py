@@ -10,7 +10,7 @@ import torch
 
 from transformer.checkpoint import load_for_inference
 from transformer.errors import UserError
-from transformer.translator import Translator, inference_dtype, pick_device
+from transformer.translator import Translator, pick_device
 
 LONG = " ".join(["cat dog house"] * 20)  # far more than MAX_POSITIONS source tokens
 
@@ -66,13 +66,27 @@ def test_nbest_sorted(loaded):
         assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
 
-def test_precision_and_device_choices():
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp32", torch.float32), ("auto", torch.float32), ("bf16", torch.bfloat16)]
+)
+def test_precision_follows_the_one_rule_on_cpu(loaded, precision, dtype):
+    """bf16 on the CPU runs under bf16 autocast (as training does), not silently fp32: seen in the output layer."""
+    model, tokenizer, config, lines = loaded
+    seen = []
+    hook = model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    try:
+        decode = config.replace("decode", precision=precision).decode
+        translator = Translator(model, tokenizer, decode)
+        assert translator.translate_texts(lines[:1])[0]
+    finally:
+        hook.remove()
+    assert set(seen) == {dtype}
+    with pytest.raises(UserError, match="fp16 needs a CUDA device"):
+        Translator(model, tokenizer, decode, precision="fp16")
+
+
+def test_device_choices():
     cpu = torch.device("cpu")
-    assert inference_dtype("fp32", cpu) is None and inference_dtype("bf16", cpu) is None
-    with pytest.raises(UserError, match="fp16 inference needs a CUDA device"):
-        inference_dtype("fp16", cpu)
-    with pytest.raises(UserError, match="unknown precision"):
-        inference_dtype("int8", cpu)
     assert pick_device("cpu") == cpu
     if not torch.cuda.is_available():
         assert pick_device(None) == cpu

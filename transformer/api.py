@@ -43,14 +43,14 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
 class Translator:
     """Text in, text out, from a checkpoint. See the module docstring."""
 
-    def __init__(self, model, tokenizer, config, *, device: str | torch.device = "cpu", precision: str = "fp32"):
+    def __init__(self, model, tokenizer, config, *, device: str | torch.device = "cpu", precision: str | None = None):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.device, self.precision = device, precision
         self._engines: dict[int, _Engine] = {}
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, *, device: str | torch.device = "cpu", precision: str = "fp32", int8: bool = False,
+        cls, path: str | Path, *, device: str | torch.device = "cpu", precision: str | None = None, int8: bool = False,
         **decode: object,
     ) -> Translator:  # fmt: skip
         """Load `path` (weights_only); `decode` keywords override the checkpoint's decoding settings."""

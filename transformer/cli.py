@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 
+from transformer.config import PRECISIONS, DecodeConfig, choices
 from transformer.errors import UserError
 from transformer.fileio import is_fs_error, os_error, signals_raise
 
@@ -198,14 +199,15 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     _config_args(parser, required=False)
     parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
-    parser.add_argument("--length-penalty", choices=["gnmt", "fairseq", "none"], help="gnmt ((5+len)/6)^alpha: paper")
+    parser.add_argument("--length-penalty", choices=choices(DecodeConfig, "length_penalty"),
+                        help="gnmt ((5+len)/6)^alpha: paper")  # fmt: skip
     parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
     parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
     parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
     parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
-                        help="autocast dtype on CUDA (auto: bf16 where supported); CPU runs fp32")  # fmt: skip
+    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
+    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
     parser.add_argument("--threads", type=_count(0), default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -25,6 +25,14 @@ import yaml
 from transformer.errors import UserError
 from transformer.paths import find_config, resolve_split_paths
 
+Precision = Literal["auto", "bf16", "fp16", "fp32"]  # autocast setting; `transformer.precision` states the rule
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+
+
+def choices(cls: type, name: str) -> tuple[str, ...]:
+    """The allowed values of a `Literal` field, e.g. `choices(DecodeConfig, "length_penalty")` for argparse."""
+    return typing.get_args(typing.get_type_hints(cls)[name])
+
 
 class ConfigError(UserError):
     """An unknown key, a value of the wrong type, or a value out of range."""
@@ -142,7 +150,7 @@ class TrainConfig:
     weight_decay: float = 0.0  # decoupled weight decay (AdamW); 0 = the paper's Adam
     clip_norm: float = 0.0  # clip the global gradient norm to this (0 = off)
     label_smoothing: float = 0.1  # epsilon_ls
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: bf16 where supported, else fp32
+    precision: Precision = "auto"  # autocast while training; auto: bf16 on a GPU that supports it, else fp32
     compile: bool = False  # wrap the model in torch.compile
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
     max_steps: int = 100_000  # stop after this many updates (0 = no limit)
@@ -199,6 +207,7 @@ class DecodeConfig:
     temperature: float = 1.0  # sampling temperature
     top_k: int = 0  # sample among the k most likely tokens (0 = all)
     top_p: float = 1.0  # sample among the smallest set with this probability mass
+    precision: Precision = "fp32"  # autocast while decoding (fp32 by default: output independent of the GPU)
 
     @property
     def search(self) -> Literal["sampling", "greedy", "beam"]:

@@ -31,7 +31,8 @@ from transformer.errors import UserError
 from transformer.fileio import atomic_output, check_not_an_input, utf8_lines, write_text
 
 DECODE_FLAGS = {"beam": "beam_size"} | {
-    name: name for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b")
+    name: name
+    for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision")
 }  # command-line flag -> DecodeConfig field
 
 
@@ -66,17 +67,18 @@ def _load(args: argparse.Namespace):
     import torch
 
     from transformer.checkpoint import build_model, load_checkpoint
+    from transformer.precision import resolve_precision
     from transformer.translator import Translator, pick_device
 
     device = pick_device(args.device)
-    if device.type != "cuda" and args.precision in ("bf16", "fp16"):
-        raise UserError(f"--precision {args.precision} needs a CUDA device; on CPU use fp32 (the default)")
+    if args.precision:  # refused before the checkpoint is read
+        resolve_precision(args.precision, device, setting="--precision")
     state = load_checkpoint(args.checkpoint)
     model, tokenizer, stored = build_model(state, device)
     config = resolve_config(stored, args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    return Translator(model, tokenizer, config.decode, device=device, precision=args.precision), config, device
+    return Translator(model, tokenizer, config.decode, device=device), config, device
 
 
 @contextlib.contextmanager
@@ -305,7 +307,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     extra_refs = [_read_text(ref) for ref in args.ref[1:]] if args.ref else []
     scores = _scores({str(output): hypotheses}, [references, *extra_refs], args, lang=config.data.tgt_lang)
     lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",
-             "decoding": describe_decode(config.decode), "device": f"{device} {args.precision}",
+             "decoding": describe_decode(config.decode), "device": f"{device} {translator.precision}",
              "hypotheses": "standard output" if args.output == "-" else str(output)}  # fmt: skip
     _report(lines, scores, args.json, to_stderr=args.output == "-", decode=config.to_dict()["decode"])
     return 0

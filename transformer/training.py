@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, TrainConfig
-from transformer.errors import UserError
+from transformer.precision import autocast, resolve_precision  # noqa: F401 (their home is precision.py)
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -71,24 +71,6 @@ def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimize
     if train.weight_decay > 0:
         return torch.optim.AdamW(model.parameters(), weight_decay=train.weight_decay, **kwargs, **fused)
     return torch.optim.Adam(model.parameters(), **kwargs, **fused)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> bf16 on a GPU that supports it, else fp32. fp16 needs CUDA (refused before the first update)."""
-    if precision == "fp16" and device.type != "cuda":
-        raise UserError("train.precision fp16 needs a CUDA device; on the CPU use fp32 (or auto, the default)")
-    if precision == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return "bf16" if cuda_bf16 else "fp32"
-    return precision
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """torch.autocast for bf16/fp16; a no-op for fp32. Parameters and the optimizer stay float32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 @dataclass

@@ -9,14 +9,14 @@ Decisions:
 - Lines are read lazily, `chunk_lines` at a time (1000 by default; 1 suits an interactive terminal), so a pipe
   gets its output as it goes. Within a chunk, sentences are sorted by length into batches of at most
   `decode.max_tokens` padded source tokens (`batching.build_batches`), and the results restored to input order.
-- Precision: bf16/fp16 run under `torch.autocast` on CUDA only; on CPU the model runs in fp32 ("auto" and "bf16"
-  fall back to it), and fp16 on CPU is an error. The decoder's log-probabilities are float32 either way.
+- Precision: `decode.precision` (or the `precision` argument, which overrides it) under the one rule of
+  precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
+  it. The decoder's log-probabilities are float32 either way.
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -30,11 +30,10 @@ from transformer.batching import build_batches
 from transformer.config import DecodeConfig
 from transformer.decoding import generate
 from transformer.errors import UserError
+from transformer.precision import autocast, resolve_precision
 from transformer.tokenizer import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
-
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 @dataclass
@@ -60,24 +59,11 @@ def pick_device(name: str | None = None) -> torch.device:
     return device
 
 
-def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `precision` on `device`, or None for plain fp32."""
-    if precision not in PRECISIONS:
-        raise UserError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    if device.type != "cuda":
-        if precision == "fp16":
-            raise UserError("fp16 inference needs a CUDA device; on CPU use fp32 (the default)")
-        return None
-    if precision == "auto":
-        precision = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
 class Translator:
     """A model, its tokenizer and decoding settings: `translate(lines)` streams one result list per line."""
 
     def __init__(
-        self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str = "fp32",
+        self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str | None = None,
         *, seed: int = 1,
     ) -> None:  # fmt: skip
         self.device = torch.device(device)
@@ -87,7 +73,7 @@ class Translator:
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.decode = decode
-        self.dtype = inference_dtype(precision, self.device)
+        self.precision = resolve_precision(precision or decode.precision, self.device)  # bf16, fp16 or fp32
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
     def translate(
@@ -141,10 +127,7 @@ class Translator:
             src[b, : len(ids)] = torch.tensor(ids)
         src = src.to(self.device)
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
-        autocast = (
-            torch.autocast(device_type=self.device.type, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
-        )
-        with autocast:
+        with autocast(self.precision, self.device):
             hypotheses = generate(
                 self.model, src, src_mask, self.decode, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
             )
