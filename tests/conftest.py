@@ -5,22 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
+from transformer.config import ModelConfig
 from transformer.model import Transformer
 
 # Tiny models run fastest on one thread, and two OpenMP pools spinning on a 2-core machine (pytest beside a
 # subprocess, or beside a training run) slow each other down a hundredfold.
 torch.set_num_threads(1)
 
-TINY = dict(
-    src_vocab_size=23, tgt_vocab_size=23, pad_id=0, d_model=16, n_heads=2, d_ff=24,
-    n_encoder_layers=2, n_decoder_layers=3, dropout=0.0, max_positions=64,
-)  # fmt: skip
+TINY = dict(d_model=16, n_heads=2, d_ff=24, n_encoder_layers=2, n_decoder_layers=3, dropout=0.0, max_positions=64)
+VOCAB = 23
 PAD, BOS, EOS = 0, 2, 3
 
 
-def tiny_model(**overrides) -> Transformer:
+def tiny_model(*, src_vocab_size: int = VOCAB, tgt_vocab_size: int = VOCAB, **overrides) -> Transformer:
+    """ModelConfig's defaults (config.py) with the tiny dimensions above and `overrides`."""
     torch.manual_seed(0)
-    return Transformer(**{**TINY, **overrides}).eval()
+    config = ModelConfig(**{**TINY, **overrides})
+    vocab = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)
+    return Transformer.from_config(config, **vocab, pad_id=PAD).eval()
 
 
 def random_tokens(batch: int, length: int, vocab: int = 23, seed: int = 0) -> torch.Tensor:

@@ -38,8 +38,8 @@ def test_nbest_are_the_beams_hypotheses_with_scores(paths):
     assert 1 <= len(hyps) <= 4 and hyps[0].text == t.translate([line])[0]
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     src = torch.tensor([t.tokenizer.encode_src([line])[0]])
-    expected = beam_search(t.model, src, make_pad_mask(src, PAD_ID), bos_id=BOS_ID, eos_id=EOS_ID, beam_size=4,
-                           alpha=0.6, max_len_a=0.0, max_len_b=6, nbest=4)[0]  # fmt: skip
+    settings = dict(beam_size=4, alpha=0.6, length_penalty="gnmt", max_len_a=0.0, max_len_b=6, min_len=0, nbest=4)
+    expected = beam_search(t.model, src, make_pad_mask(src, PAD_ID), bos_id=BOS_ID, eos_id=EOS_ID, **settings)[0]
     assert [h.tokens for h in hyps] == [h.tokens for h in expected]
     assert [h.score for h in hyps] == pytest.approx([h.score for h in expected])
 

@@ -74,7 +74,7 @@ def test_multi_head_attention_equals_per_head_reference(self_attention):
     """Our module (fused projections, SDPA, padding mask) equals heads computed one by one and concatenated."""
     torch.manual_seed(0)
     D, H, B, Tq, S = 12, 3, 2, 5, 7
-    mha = MultiHeadAttention(d_model=D, n_heads=H, self_attention=self_attention).double().eval()
+    mha = MultiHeadAttention(d_model=D, n_heads=H, attention_dropout=0.0, self_attention=self_attention).double().eval()
     for p in mha.parameters():
         torch.nn.init.normal_(p, std=0.3)
     x = torch.randn(B, Tq, D, dtype=torch.float64)

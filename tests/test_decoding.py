@@ -11,21 +11,29 @@ import pytest
 import torch
 from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 
+from transformer import decoding
 from transformer.attention import make_pad_mask
-from transformer.config import DecodeConfig
-from transformer.decoding import (
-    Hypothesis,
-    beam_search,
-    filter_logits,
-    generate,
-    greedy_decode,
-    length_penalty,
-    max_output_lengths,
-    sample,
-)
+from transformer.config import DecodeConfig, choices
+from transformer.decoding import LENGTH_PENALTIES, Hypothesis, filter_logits, generate, lp, max_output_lengths
 
 A, B_, C = 4, 5, 6  # scripted tokens (B_ so as not to shadow the batch size)
 IDS = dict(bos_id=BOS, eos_id=EOS)
+D = DecodeConfig()  # the settings a test leaves out take DecodeConfig's defaults, as `generate` passes them
+LENGTHS = dict(max_len_a=D.max_len_a, max_len_b=D.max_len_b, min_len=D.min_len)
+
+
+def greedy_decode(model, src, mask, **settings):
+    return decoding.greedy_decode(model, src, mask, **(LENGTHS | settings))
+
+
+def beam_search(model, src, mask, **settings):
+    beam = dict(beam_size=D.beam_size, alpha=D.alpha, length_penalty=D.length_penalty, nbest=D.nbest)
+    return decoding.beam_search(model, src, mask, **(LENGTHS | beam | settings))
+
+
+def sample(model, src, mask, **settings):
+    sampling = dict(temperature=D.temperature, top_k=D.top_k, top_p=D.top_p, num_samples=1)
+    return decoding.sample(model, src, mask, **(LENGTHS | sampling | settings))
 
 
 @dataclass
@@ -161,17 +169,20 @@ def test_length_penalty_decides(kind, alpha, best):
     """log .3 = -1.204 for [] (length 1 with EOS) against log .28 = -1.273 for [A] (length 2)."""
     src, mask = one_source(9)
     [hyps] = beam_search(SHORT_LONG, src, mask, beam_size=2, alpha=alpha, length_penalty=kind, nbest=2, **IDS)
-    expected = {(): math.log(0.3) / length_penalty(1, alpha=alpha, kind=kind),
-                (A,): math.log(0.28) / length_penalty(2, alpha=alpha, kind=kind)}  # fmt: skip
+    expected = {(): math.log(0.3) / lp(1, alpha=alpha, kind=kind),
+                (A,): math.log(0.28) / lp(2, alpha=alpha, kind=kind)}  # fmt: skip
     assert hyps[0].tokens == best
     assert {tuple(h.tokens): h.score for h in hyps} == pytest.approx(expected)
 
 
 def test_length_penalty_values():
-    assert length_penalty(3, alpha=0.6, kind="gnmt") == pytest.approx((8 / 6) ** 0.6)
-    assert length_penalty(3, alpha=0.6, kind="fairseq") == pytest.approx(3**0.6)
-    assert length_penalty(3, alpha=0.6, kind="none") == 1.0
-    torch.testing.assert_close(length_penalty(torch.tensor([1, 7]), alpha=1.0, kind="gnmt"), torch.tensor([1.0, 2.0]))
+    assert lp(3, alpha=0.6, kind="gnmt") == pytest.approx((8 / 6) ** 0.6)
+    assert lp(3, alpha=0.6, kind="fairseq") == pytest.approx(3**0.6)
+    assert lp(3, alpha=0.6, kind="none") == 1.0
+    assert tuple(LENGTH_PENALTIES) == choices(DecodeConfig, "length_penalty"), "a formula for every config value"
+    with pytest.raises(ValueError, match="unknown length penalty 'gnmtt'"):
+        lp(3, alpha=0.6, kind="gnmtt")
+    torch.testing.assert_close(lp(torch.tensor([1, 7]), alpha=1.0, kind="gnmt"), torch.tensor([1.0, 2.0]))
 
 
 def test_min_length_forbids_early_eos():
@@ -218,7 +229,7 @@ def test_beam_with_large_k_is_brute_force_best(seed):
         expected = []
         for tokens, eos in sequences:
             log_prob = teacher_forced_log_prob(model, src, Hypothesis(tokens, 0.0, 0.0), eos)
-            expected.append((log_prob / length_penalty(max(len(tokens) + eos, 1), alpha=0.6, kind=kind), tokens))
+            expected.append((log_prob / lp(max(len(tokens) + eos, 1), alpha=0.6, kind=kind), tokens))
         expected.sort(reverse=True)
         [hyps] = beam_search(model, src, mask, beam_size=64, length_penalty=kind, max_len_a=0, max_len_b=3, nbest=5,
                              **IDS)  # fmt: skip
@@ -280,8 +291,8 @@ def test_scores_equal_teacher_forced_rescoring(kind):
             eos = len(hyp.tokens) < max_lens[b]  # shorter than the limit: it ended with EOS
             ended.add(eos)
             assert hyp.log_prob == pytest.approx(teacher_forced_log_prob(model, row, hyp, eos), abs=1e-4)
-            lp = length_penalty(len(hyp.tokens) + eos, alpha=0.6, kind=kind)
-            assert hyp.score == pytest.approx(hyp.log_prob / lp)
+            penalty = lp(len(hyp.tokens) + eos, alpha=0.6, kind=kind)
+            assert hyp.score == pytest.approx(hyp.log_prob / penalty)
     assert ended == {True, False}, "the test should see both finished and truncated hypotheses"
 
 

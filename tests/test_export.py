@@ -44,10 +44,10 @@ def trained(request, tmp_path_factory):
 
 def _ours(model, src, beam: int) -> list[list[int]]:
     mask = make_pad_mask(src, PAD_ID)
-    lengths = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=0.0, max_len_b=MAX_NEW)
+    lengths = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=0.0, max_len_b=MAX_NEW, min_len=0)
     if beam == 1:
         return [h.tokens for h in greedy_decode(model, src, mask, **lengths)]
-    hyps = beam_search(model, src, mask, beam_size=beam, alpha=ALPHA, length_penalty="fairseq", **lengths)
+    hyps = beam_search(model, src, mask, beam_size=beam, alpha=ALPHA, length_penalty="fairseq", nbest=1, **lengths)
     return [h[0].tokens for h in hyps]
 
 

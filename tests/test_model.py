@@ -181,7 +181,7 @@ def test_tied_embeddings_are_one_matrix(model):
 
 
 def test_initialisation_scales():
-    model = Transformer(src_vocab_size=1000, tgt_vocab_size=1000, pad_id=0, d_model=64, n_heads=4, d_ff=128)
+    model = tiny_model(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=128)
     emb = model.encoder.embedding.weight[1:]
     assert abs(emb.std().item() - 64**-0.5) < 0.01
     assert model.encoder.embedding.weight[0].abs().sum() == 0  # the pad row

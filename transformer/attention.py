@@ -52,7 +52,7 @@ class MultiHeadAttention(nn.Module):
     queries with `q_proj` and the encoder memory with a fused (D -> 2D) `kv_proj`.
     """
 
-    def __init__(self, *, d_model: int, n_heads: int, attention_dropout: float = 0.0, self_attention: bool) -> None:
+    def __init__(self, *, d_model: int, n_heads: int, attention_dropout: float, self_attention: bool) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.d_head = d_model // n_heads

@@ -66,7 +66,7 @@ def ours_engine(model) -> Callable:
         if s.beam == 1:
             return [h.tokens for h in greedy_decode(model, src, make_pad_mask(src, PAD_ID), **kw)]
         hyps = beam_search(model, src, make_pad_mask(src, PAD_ID), beam_size=s.beam, alpha=s.alpha,
-                           length_penalty="fairseq", **kw)  # fmt: skip
+                           length_penalty="fairseq", nbest=1, **kw)  # fmt: skip
         return [h[0].tokens for h in hyps]
 
     return run

@@ -10,8 +10,9 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
 - Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source
   length in tokens (its EOS included), capped at `model.max_positions - 1`. The cap counts output tokens without
   EOS; a hypothesis that reaches it without EOS is finalised as it is (truncated), and its `log_prob` has no EOS term.
-- Length penalty lp(Y) divides log P(Y): "gnmt" ((5+|Y|)/6)^alpha (Wu et al. 2016, the paper's), "fairseq"
-  |Y|^alpha, "none" 1. |Y| counts the EOS of a finished hypothesis (as fairseq and OpenNMT-py count), at least 1.
+- Length penalty lp(Y) divides log P(Y) (`LENGTH_PENALTIES`): "gnmt" ((5+|Y|)/6)^alpha (Wu et al. 2016, the
+  paper's), "fairseq" |Y|^alpha, "none" 1. |Y| counts the EOS of a finished hypothesis (as fairseq and OpenNMT-py
+  count), at least 1.
 - PAD and BOS are never generated; EOS is forbidden before `min_len` output tokens.
 - Beam search follows fairseq's scheme over N = B*K rows with the KV cache (the prefix is never recomputed):
   scores start [0, -inf, ...] per sentence; each step takes the top 2K of the K x V candidates; an EOS candidate
@@ -19,6 +20,8 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
   while finished ones leave. A sentence is done when it has K finished hypotheses (fairseq's early stop; no bound
   on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
   hypotheses are finalised. Done sentences leave the batch at once (their rows leave the cache), as in fairseq.
+- Every setting is a required keyword argument: `DecodeConfig` (config.py) holds the defaults, and `generate`
+  passes them.
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
   model's own distribution (temperature 1). n samples per sentence come back sorted by score.
@@ -45,21 +48,18 @@ class Hypothesis:
     log_prob: float  # sum of token log-probabilities, including EOS when finished
 
 
-def length_penalty(length, *, alpha: float, kind: str):
-    """lp(|Y|) for score = log P(Y) / lp: gnmt ((5+len)/6)^alpha, fairseq len^alpha, none 1.
-
-    `length` is an int (returns a float) or a tensor (returns a float tensor of the same shape).
-    """
-    if kind == "gnmt":
-        return ((5 + length) / 6) ** alpha
-    if kind == "fairseq":
-        return length**alpha
-    if kind == "none":
-        return torch.ones_like(length, dtype=torch.float) if isinstance(length, torch.Tensor) else 1.0
-    raise ValueError(f"unknown length penalty {kind!r}: use gnmt, fairseq or none")
+LENGTH_PENALTIES: dict[str, Callable] = {  # decode.length_penalty -> lp(|Y|, alpha); the names: config.py's Literal
+    "gnmt": lambda length, alpha: ((5 + length) / 6) ** alpha,  # Wu et al. 2016, the paper's
+    "fairseq": lambda length, alpha: length**alpha,
+    "none": lambda length, alpha: 1.0,
+}
 
 
-_penalty = length_penalty  # beam_search's keyword argument `length_penalty` shadows the function
+def lp(length, *, alpha: float, kind: str):
+    """lp(|Y|) for score = log P(Y) / lp: `kind` names a formula of LENGTH_PENALTIES (an int or a tensor length)."""
+    if kind not in LENGTH_PENALTIES:
+        raise ValueError(f"unknown length penalty {kind!r}: use one of {', '.join(LENGTH_PENALTIES)}")
+    return LENGTH_PENALTIES[kind](length, alpha)
 
 
 def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> torch.Tensor:
@@ -129,7 +129,7 @@ def _collect(done: dict[int, Hypothesis], rows, tokens, lengths, log_prob) -> No
 
 @torch.inference_mode()
 def greedy_decode(
-    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0
+    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int, min_len: int
 ) -> list[Hypothesis]:
     """Argmax at every step. src (B, S) long, src_mask (B, 1, 1, S) bool -> B hypotheses, in input order."""
     lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
@@ -154,9 +154,8 @@ def filter_logits(log_probs: torch.Tensor, *, temperature: float, top_k: int, to
 
 @torch.inference_mode()
 def sample(
-    model, src, src_mask, *, bos_id: int, eos_id: int, temperature: float = 1.0, top_k: int = 0,
-    top_p: float = 1.0, num_samples: int = 1, generator: torch.Generator | None = None,
-    max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0,
+    model, src, src_mask, *, bos_id: int, eos_id: int, temperature: float, top_k: int, top_p: float,
+    num_samples: int, max_len_a: float, max_len_b: int, min_len: int, generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Ancestral sampling (not in the paper). `generator` lives on src's device and makes it reproducible.
 
@@ -249,8 +248,8 @@ def _drop_done(state: _BeamState, rows: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def beam_search(
-    model, src, src_mask, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
-    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 0, nbest: int = 1,
+    model, src, src_mask, *, bos_id: int, eos_id: int, beam_size: int, alpha: float, length_penalty: str,
+    max_len_a: float, max_len_b: int, min_len: int, nbest: int,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Batched beam search with the KV cache (see the module docstring for the exact rules).
 
@@ -267,7 +266,7 @@ def beam_search(
         sentence=list(range(B)),
         finished=[[] for _ in range(B)],
         done=torch.zeros(B, dtype=torch.bool, device=device),
-        score_fn=lambda log_prob, length: log_prob / _penalty(length, alpha=alpha, kind=length_penalty),
+        score_fn=lambda log_prob, length: log_prob / lp(length, alpha=alpha, kind=length_penalty),
     )
     _finalise_at_max_length(state, 0)
     cache = model.init_cache(model.encode(src, src_mask), src_mask)

@@ -23,7 +23,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alike (section 3.3)."""
 
-    def __init__(self, *, d_model: int, d_ff: int, activation: str = "relu", activation_dropout: float = 0.0) -> None:
+    def __init__(self, *, d_model: int, d_ff: int, activation: str, activation_dropout: float) -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
@@ -61,12 +61,12 @@ class EncoderLayer(_SublayerConnection):
         d_model: int,
         n_heads: int,
         d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        eps: float,
     ) -> None:
         super().__init__(dropout=dropout, norm_first=norm_first)
         self.self_attn = MultiHeadAttention(
@@ -93,12 +93,12 @@ class DecoderLayer(_SublayerConnection):
         d_model: int,
         n_heads: int,
         d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        eps: float,
     ) -> None:
         super().__init__(dropout=dropout, norm_first=norm_first)
         attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
