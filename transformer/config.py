@@ -131,6 +131,8 @@ class TrainConfig:
     label_smoothing: float = 0.1  # epsilon_ls
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: bf16 where supported, else fp32
     compile: bool = False  # wrap the model in torch.compile
+    fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
+    length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
     max_steps: int = 100_000  # stop after this many updates (0 = no limit)
     max_epochs: int = 0  # stop after this many epochs (0 = no limit)

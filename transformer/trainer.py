@@ -110,6 +110,7 @@ class Trainer:
         from transformer.model import Transformer
         from transformer.tokenizer import PAD_ID
 
+        self.created = time.perf_counter()
         self.config, self.train_cfg = config, config.train
         self.rank, self.world, self.device = init_distributed()
         self.is_main = self.rank == 0
@@ -132,7 +133,7 @@ class Trainer:
         train_split = self.data.splits["train"]
         self.sampler = TokenBatchSampler(
             train_split.src_lengths, train_split.tgt_lengths, max_tokens=self.train_cfg.max_tokens,
-            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world,
+            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world, buckets=self.train_cfg.length_buckets,
         )  # fmt: skip
         mean_tokens = float(np.sum(train_split.tgt_lengths)) / max(len(self.sampler) * self.world, 1)
         self.accumulation = self.train_cfg.accumulation or training.micro_batch_count(
@@ -215,7 +216,7 @@ class Trainer:
         max_epochs = self.train_cfg.max_epochs
         while not max_epochs or self.sampler.epoch < max_epochs:
             for indices in self.sampler:
-                yield collate(split, indices).to(self.device, non_blocking=True)
+                yield collate(split, indices, bucket=self.train_cfg.length_buckets).to(self.device, non_blocking=True)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum, frame):
@@ -256,6 +257,7 @@ class Trainer:
         """Updates until a stop condition; returns its reason."""
         cfg = self.train_cfg
         batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
+        first_step = self.step + 1
         self.net.train()
         reason = None
         while reason is None:
@@ -275,6 +277,8 @@ class Trainer:
                     "fp16"
                 )
             window.add(stats)
+            if self.step == first_step:  # start-up cost (docs/benchmarks.md): data, model, the first update
+                log.info("first update done %.1f s after the trainer started", time.perf_counter() - self.created)
             if self.step % cfg.log_every == 0:
                 self._log_train(window, bar)
             bar.update(1)
