@@ -102,7 +102,7 @@ class DataConfig:
     character_coverage: float = 1.0  # SentencePiece character coverage
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
-    num_proc: int = 1  # processes for `datasets.map` when encoding
+    num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
 
     def __post_init__(self) -> None:
         _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
