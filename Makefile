@@ -9,7 +9,7 @@ DEMO_TIME ?= 11m
 DEMO_CONFIG ?= configs/demo.yaml
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup test test-fast lint format demo clean
+.PHONY: setup test test-fast lint format demo bench-gpu clean
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,11 @@ format: setup
 
 demo: setup
 	$(BIN)/python scripts/demo.py --config $(DEMO_CONFIG) --out $(DEMO_OUT) --time $(DEMO_TIME)
+
+# Every GPU training figure (issue 13): base and big shapes, ours vs nn.Transformer vs HF Marian, JSON records in
+# docs/results/ and the table in docs/benchmarks.md. About 5 minutes on one H100/H200; refuses to run without a GPU.
+bench-gpu: setup
+	$(BIN)/python scripts/bench_gpu.py
 
 clean:
 	rm -rf runs cache .pytest_cache .ruff_cache

@@ -3,28 +3,38 @@
     python scripts/benchmark.py --config configs/base.yaml --vocab 37000 --tokens 25000 --steps 20
     python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
-Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it) and, when `transformers` is
-installed, Hugging Face's `MarianMTModel`. Each model trains on the same random batches of WMT-like lengths
-(forward, label-smoothed loss, backward, Adam step) under the same precision; the script prints target tokens/s,
-sentences/s and, on a GPU, the model FLOPs utilisation (6 * non-embedding params + attention, per token).
+Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
+installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
+training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
+(forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`,
+median reported) so that a shared machine slows all alike; ours runs `training.batch_loss`, the trainer's step.
+The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
+token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import platform
+import shlex
+import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from transformer.attention import avoid_cudnn_attention
+from transformer.batching import Batch
 from transformer.config import load_config
 from transformer.model import Transformer, count_parameters
-from transformer.training import autocast, label_smoothed_loss, resolve_precision
+from transformer.training import autocast, batch_loss, label_smoothed_loss, resolve_precision
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -39,7 +49,8 @@ def make_batches(n: int, max_tokens: int, vocab: int, mean_len: int, device: tor
         B = max(max_tokens // T, 1)
         src = torch.randint(4, vocab, (B, S), generator=g)
         tgt = torch.randint(4, vocab, (B, T + 1), generator=g)
-        batches.append((src.to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device)))
+        batch = Batch(src, tgt[:, :-1], tgt[:, 1:], indices=list(range(B)))  # tgt_index made here, on the host
+        batches.append(batch.to(device))
     return batches
 
 
@@ -90,27 +101,57 @@ def marian_peer(cfg, vocab: int):
     return Wrapped()
 
 
-def measure(model: nn.Module, batches, precision: str, device: torch.device, warmup: int) -> tuple[float, float]:
-    """(target tokens/s, sentences/s) over the batches after `warmup` untimed steps."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    model.train()
-    tokens = sentences = 0
-    for i, (src, tgt_in, tgt_out) in enumerate(batches):
-        if i == warmup:
+def _resident_bytes(model: nn.Module, optimizer) -> int:
+    """Bytes of the model's parameters and the optimizer's state tensors."""
+    tensors = [*model.parameters(), *(t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t))]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None) -> None:
+    """Forward, label-smoothed loss, backward, Adam step. fused: our `training.batch_loss` (True: the chunked
+    pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`."""
+    if fused is None:
+        with autocast(precision, batch.src.device):
+            logits = model(batch.src, batch.tgt_in)
+        loss, _ = label_smoothed_loss(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD)
+    else:
+        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD, fused=fused)
+    (loss / batch.n_tgt_tokens).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(engines: dict, batches, precision: str, device: torch.device, warmup: int, rounds: int) -> dict:
+    """Target tokens/s per engine: after `warmup` untimed steps each, `rounds` interleaved rounds over all the
+    batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
+    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}."""
+    state = {}
+    for name, (model, fused) in engines.items():
+        kwargs = {"fused": True} if device.type == "cuda" else {}
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
+        model.train()
+        for batch in batches[:warmup]:
+            train_step(model, optimizer, batch, precision, fused)
+        state[name] = optimizer
+    results = {name: {"rounds": [], "peak_mem_gb": None} for name in engines}
+    for _ in range(rounds):
+        for name, (model, fused) in engines.items():
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            start, tokens, sentences = time.perf_counter(), 0, 0
-        with autocast(precision, device):
-            logits = model(src, tgt_in)
-        loss, _ = label_smoothed_loss(logits, tgt_out, epsilon=0.1, pad_id=PAD)
-        (loss / tgt_out.numel()).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        tokens, sentences = tokens + tgt_out.numel(), sentences + tgt_out.size(0)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    return tokens / seconds, sentences / seconds
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            start = time.perf_counter()
+            for batch in batches[warmup:]:
+                train_step(model, state[name], batch, precision, fused)
+            if device.type == "cuda":  # this engine's weights and Adam state + its steps' peak (the others idle)
+                torch.cuda.synchronize()
+                peak = (torch.cuda.max_memory_allocated() - before + _resident_bytes(model, state[name])) / 1e9
+                results[name]["peak_mem_gb"] = round(max(peak, results[name]["peak_mem_gb"] or 0.0), 2)
+            tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
+            results[name]["rounds"].append(round(tokens / (time.perf_counter() - start), 1))
+    for result in results.values():
+        result["tokens_per_s"] = statistics.median(result["rounds"])
+    return results
 
 
 def flops_per_token(model: Transformer, cfg, vocab: int, mean_len: int) -> float:
@@ -127,50 +168,98 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=37000)
     parser.add_argument("--tokens", type=int, default=8192, help="target tokens per batch")
     parser.add_argument("--mean-len", type=int, default=27, help="mean sentence length in tokens")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved timed rounds; the median is reported")
     parser.add_argument("--precision", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM)")
     parser.add_argument(
         "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
     )
-    parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian")
+    parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
+                        "with the full-logits loss, the step before the chunked pad-free loss)")  # fmt: skip
+    parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
+    parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transformer's pre-LN notice
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run(args)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+        print(f"wrote {args.json}")
 
+
+def build_engines(args, cfg, peers: set[str]) -> dict:
+    """{JSON name: (module, fused)}: fused True/False for our model's loss paths, None for a peer."""
+    new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
+    builders = {"ours": lambda: (new(), True)}
+    if "reference" in peers:
+        builders["ours_reference_loss"] = lambda: (new(), False)
+    if "torch" in peers:
+        builders["nn_transformer"] = lambda: (TorchPeer(new(), cfg), None)
+    if "marian" in peers:
+        builders["hf_marian"] = lambda: (marian_peer(cfg, args.vocab), None)
+    engines = {}
+    for name, build in builders.items():
+        try:
+            model, fused = build()
+        except ImportError as exc:
+            print(f"{name:<20} skipped ({exc})")
+            continue
+        model = model.to(args.device)
+        engines[name] = (torch.compile(model) if args.compile else model, fused)
+    return engines
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def run(args) -> dict:
+    """Measure every engine on the same batches; print a table and return the docs/results/ record."""
     cfg = load_config(args.config, args.overrides).model
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision(args.precision, device)
     torch.backends.cuda.matmul.allow_tf32 = True
     if device.type == "cuda" and not args.cudnn_attention:
         avoid_cudnn_attention()  # for every model: all of them call F.scaled_dot_product_attention
     batches = make_batches(args.steps + args.warmup, args.tokens, args.vocab, args.mean_len, device)
-    ours = Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
-    candidates = {"ours": lambda: ours}
-    if "torch" in args.peers:
-        candidates["nn.Transformer"] = lambda: TorchPeer(
-            Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD), cfg
-        )
-    if "marian" in args.peers:
-        candidates["HF Marian"] = lambda: marian_peer(cfg, args.vocab)
+    engines = build_engines(args, cfg, set(args.peers.split(",")))
+    ours = engines["ours"][0]
+    params = count_parameters(ours)
     per_token = flops_per_token(ours, cfg, args.vocab, args.mean_len)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"device {device} ({name}), {precision}, {count_parameters(ours) / 1e6:.1f}M params, "
-          f"~{args.tokens} target tokens/batch, torch {torch.__version__}")  # fmt: skip
-    print(f"{'model':<16}{'tokens/s':>12}{'sentences/s':>14}{'MFU':>8}")
-    for name, build in candidates.items():
-        try:
-            model = build().to(device)
-        except ImportError as exc:
-            print(f"{name:<16} skipped ({exc})")
-            continue
-        if args.compile:
-            model = torch.compile(model)
-        tok_s, sent_s = measure(model, batches, precision, device, args.warmup)
-        mfu = tok_s * per_token / (args.peak_tflops * 1e12) if device.type == "cuda" else float("nan")
-        print(f"{name:<16}{tok_s:>12,.0f}{sent_s:>14,.1f}{mfu:>8.1%}")
-        del model
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({_cpu_name()})"
+    print(f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}")  # fmt: skip
+    results = measure(engines, batches, precision, device, args.warmup, args.rounds)
+    on_gpu = device.type == "cuda"
+    print(f"{'model':<20}{'tokens/s':>12}{'vs ours':>9}{'MFU':>8}{'peak GB':>9}  rounds")
+    for engine, r in results.items():
+        mfu = f"{r['tokens_per_s'] * per_token / (args.peak_tflops * 1e12):.1%}" if on_gpu else "-"
+        ratio = results["ours"]["tokens_per_s"] / r["tokens_per_s"]
+        peak = f"{r['peak_mem_gb']:.2f}" if r["peak_mem_gb"] is not None else "-"
+        print(f"{engine:<20}{r['tokens_per_s']:>12,.0f}{ratio:>8.2f}x{mfu:>8}{peak:>9}  {r['rounds']}")
+    ours_tok = results["ours"]["tokens_per_s"]
+    return {
+        "kind": "train_throughput", "shape": args.shape or Path(args.config).stem, "device": name,
+        "device_type": device.type, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "precision": precision,
+        "threads": torch.get_num_threads() if not on_gpu else None, "parameters": params,
+        "tokens_per_update": round(sum(b.n_tgt_tokens for b in batches) / len(batches)),
+        "flops_per_token": per_token, "engines": results,
+        "mfu": round(ours_tok * per_token / (args.peak_tflops * 1e12), 4) if on_gpu else None,
+        "peak_tflops": args.peak_tflops if on_gpu else None,
+        "peak_tflops_name": "dense bf16 peak of an H100 SXM (the H200's is the same)" if on_gpu else None,
+        "ratios": {f"ours/{k}": round(ours_tok / v["tokens_per_s"], 3) for k, v in results.items() if k != "ours"},
+    }  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- decode mode

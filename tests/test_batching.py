@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.batching import Batch, TokenBatchSampler, build_batches, collate
+from transformer.batching import LENGTH_BUCKETS, Batch, TokenBatchSampler, bucket_length, build_batches, collate
 from transformer.data import EncodedSplit
 from transformer.errors import UserError
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -164,3 +164,67 @@ def test_collate_matches_a_plain_loop(lengths):
             assert batch.tgt_in[row, : len(tgt[i]) + 1].tolist() == [BOS_ID] + tgt[i]
             assert batch.tgt_out[row, : len(tgt[i]) + 1].tolist() == tgt[i] + [EOS_ID]
         assert batch.src.shape[0] * max(batch.src.shape[1], batch.tgt_in.shape[1]) <= 400
+
+
+# ---------------------------------------------------------------------------------------------- length buckets
+
+
+def _random_split(src_len: np.ndarray, tgt_len: np.ndarray) -> EncodedSplit:
+    """Random ids with these model lengths: src_len counts the EOS, tgt_len the pieces + 1."""
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 50, n - 1).tolist() + [EOS_ID] for n in src_len]
+    tgt = [rng.integers(4, 50, n - 1).tolist() for n in tgt_len]
+    return EncodedSplit.from_lists(src, tgt)
+
+
+@pytest.mark.parametrize(
+    "length, bucket", [(1, 8), (8, 8), (9, 16), (25, 32), (33, 48), (49, 64), (97, 128), (257, 384), (7000, 7168)]
+)
+def test_bucket_length(length, bucket):
+    assert bucket_length(length) == bucket  # 8, 16, 24, then 1 and 1.5 times powers of two; past 6144, x 1024
+
+
+@pytest.mark.parametrize("max_tokens", [700, 4096])
+def test_bucketed_batches_come_in_a_few_shapes(lengths, max_tokens):
+    src_len, tgt_len = lengths
+    split = _random_split(src_len, tgt_len)
+    sampler = TokenBatchSampler(src_len, tgt_len, max_tokens=max_tokens, seed=1, buckets=True)
+    batches = epoch(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(src_len)))  # each pair once
+    shapes, partial = set(), []
+    for indices in batches:
+        batch = collate(split, indices, bucket=True)
+        rows, length = batch.src.shape
+        assert batch.tgt_in.shape == batch.tgt_out.shape == (rows, length) and length in LENGTH_BUCKETS
+        assert max(src_len[indices].max(), tgt_len[indices].max()) <= length  # padded, never cut
+        assert rows <= max(1, max_tokens // length)  # the token bound holds for the padded length
+        if rows != max(1, max_tokens // length):
+            partial.append(length)
+        shapes.add((rows, length))
+    assert len(partial) == len(set(partial))  # full batches, but the last one of each bucket
+    n_buckets = len({length for _, length in shapes})
+    assert len(shapes) <= 2 * n_buckets < 30  # a full and a last batch per bucket: few shapes to compile
+    assert sampler.state_dict()["buckets"] == 1
+
+
+def test_bucketed_collate_only_adds_padding(lengths):
+    src_len, tgt_len = lengths
+    split = _random_split(src_len, tgt_len)
+    indices = [3, 17, 29]
+    plain, padded = collate(split, indices), collate(split, indices, bucket=True)
+    S, T = plain.src.size(1), plain.tgt_in.size(1)
+    for name in ("src", "tgt_in", "tgt_out"):
+        width = S if name == "src" else T
+        assert torch.equal(getattr(padded, name)[:, :width], getattr(plain, name))
+        assert (getattr(padded, name)[:, width:] == PAD_ID).all()
+    assert padded.n_tgt_tokens == plain.n_tgt_tokens
+    L = padded.tgt_out.size(1)
+    assert torch.equal(padded.tgt_out.flatten()[padded.tgt_index], plain.tgt_out.flatten()[plain.tgt_index])
+    assert padded.tgt_index.tolist() == [(i // T) * L + i % T for i in plain.tgt_index.tolist()]
+
+
+def test_resume_refuses_other_bucketing(lengths):
+    src, tgt = lengths
+    state = TokenBatchSampler(src, tgt, max_tokens=700, seed=1, buckets=True).state_dict()
+    with pytest.raises(UserError, match="buckets"):
+        TokenBatchSampler(src, tgt, max_tokens=700, seed=1).load_state_dict(state)

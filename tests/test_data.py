@@ -257,13 +257,14 @@ def test_encoded_split_from_lists_and_select():
     assert [kept.tgt(i).tolist() for i in range(2)] == [[4], []]
 
 
-def test_parallel_encoding_equals_serial():
+def test_parallel_encoding_equals_serial(monkeypatch):
+    monkeypatch.setattr(data_module, "_CHUNK", 3000)  # several chunks per process, results kept in order
     src = [f"hola mundo número {i}" for i in range(20_000)]  # 10k pairs per process at least
     tgt = [f"hello world number {i}" for i in range(20_000)]
     tokenizer = Tokenizer.train(src[:300], tgt[:300], vocab_size=60)
     kwargs = dict(name="train", progress=False)
-    serial = data_module._encode(src, tgt, tokenizer, num_proc=1, fingerprint="serial", **kwargs)
-    parallel = data_module._encode(src, tgt, tokenizer, num_proc=2, fingerprint="parallel", **kwargs)
+    serial = data_module._encode(src, tgt, tokenizer, num_proc=1, **kwargs)
+    parallel = data_module._encode(src, tgt, tokenizer, num_proc=2, **kwargs)
     assert serial.src(19_999).tolist() == tokenizer.encode_src([src[-1]])[0]
     for name in ("src_tokens", "src_offsets", "tgt_tokens", "tgt_offsets"):
         assert np.array_equal(getattr(serial, name), getattr(parallel, name))

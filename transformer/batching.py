@@ -43,10 +43,13 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) long, pieces + EOS, padded
     indices: list[int]  # pair indices in the split, row by row
     n_tgt_tokens: int | None = None  # non-pad tokens in tgt_out; computed from tgt_out when not given
+    tgt_index: torch.Tensor | None = None  # (n_tgt_tokens,) long: flat positions of the non-pad tgt_out in B*T
 
     def __post_init__(self) -> None:
         if self.n_tgt_tokens is None:
             self.n_tgt_tokens = int(self.tgt_out.ne(PAD_ID).sum())
+        if self.tgt_index is None:  # made here, on the host, so the loss needs no device sync to find the targets
+            self.tgt_index = self.tgt_out.flatten().ne(PAD_ID).nonzero().squeeze(1)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -58,12 +61,14 @@ class Batch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         move = lambda t: t.to(device, non_blocking=non_blocking)
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.indices, self.n_tgt_tokens)
+        src, tgt_in, tgt_out, tgt_index = (move(t) for t in (self.src, self.tgt_in, self.tgt_out, self.tgt_index))
+        return Batch(src, tgt_in, tgt_out, self.indices, self.n_tgt_tokens, tgt_index)
 
     def pin_memory(self) -> Batch:
         """Page-locked copies (what `DataLoader(pin_memory=True)` calls), for asynchronous host-to-GPU copies."""
-        pin = lambda t: t.pin_memory()
-        return Batch(pin(self.src), pin(self.tgt_in), pin(self.tgt_out), self.indices, self.n_tgt_tokens)
+        pinned = (t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out, self.tgt_index))
+        src, tgt_in, tgt_out, tgt_index = pinned
+        return Batch(src, tgt_in, tgt_out, self.indices, self.n_tgt_tokens, tgt_index)
 
 
 def _gather(tokens: np.ndarray, offsets: np.ndarray, idx: np.ndarray):
@@ -74,35 +79,64 @@ def _gather(tokens: np.ndarray, offsets: np.ndarray, idx: np.ndarray):
     return np.asarray(tokens[np.repeat(starts, lengths) + col], dtype=np.int64), lengths, row, col
 
 
-def collate(split: EncodedSplit, indices: Sequence[int]) -> Batch:
-    """Padded tensors for the pairs `indices` of `split`: src (B, S), tgt_in and tgt_out (B, T), all long."""
+# Padded lengths with `train.length_buckets`: 8, 16, 24, then 1 and 1.5 times powers of two (at most a third of
+# padding), so that a run sees a few dozen batch shapes and torch.compile compiles each once.
+LENGTH_BUCKETS = (8, 16, 24) + tuple(int(m * 2**k) for k in range(5, 13) for m in (1, 1.5))  # ... 4096, 6144
+
+
+def bucket_lengths(lengths: np.ndarray) -> np.ndarray:
+    """The smallest bucket in LENGTH_BUCKETS that holds each length (beyond the last: a multiple of 1024)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    buckets = np.asarray(LENGTH_BUCKETS, dtype=np.int64)
+    found = buckets[np.minimum(np.searchsorted(buckets, lengths), len(buckets) - 1)]
+    return np.where(lengths <= buckets[-1], found, -(-lengths // 1024) * 1024)
+
+
+def bucket_length(length: int) -> int:
+    """`bucket_lengths` of one length."""
+    return int(bucket_lengths(np.asarray([length]))[0])
+
+
+def collate(split: EncodedSplit, indices: Sequence[int], *, bucket: bool = False) -> Batch:
+    """Padded tensors for the pairs `indices` of `split`: src (B, S), tgt_in and tgt_out (B, T), all long.
+
+    bucket: pad both sides to one length, `bucket_length(max(S, T))` (S = T; `train.length_buckets`).
+    """
     idx = np.asarray(indices, dtype=np.int64)
     if idx.ndim != 1 or len(idx) == 0:
         raise ValueError(f"collate needs a non-empty list of indices, got {indices!r}")
     B = len(idx)
     values, src_len, row, col = _gather(split.src_tokens, split.src_offsets, idx)
-    src = np.full((B, int(src_len.max())), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_values, pieces, tgt_row, tgt_col = _gather(split.tgt_tokens, split.tgt_offsets, idx)
+    S, T = int(src_len.max()), int(pieces.max()) + 1
+    if bucket:
+        S = T = bucket_length(max(S, T))
+    src = np.full((B, S), PAD_ID, dtype=np.int64)  # (B, S)
     src[row, col] = values
-    values, pieces, row, col = _gather(split.tgt_tokens, split.tgt_offsets, idx)
-    T = int(pieces.max()) + 1
+    values, row, col = tgt_values, tgt_row, tgt_col
     tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_in[:, 0] = BOS_ID
     tgt_in[row, col + 1] = values
     tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_out[row, col] = values
     tgt_out[np.arange(B), pieces] = EOS_ID
+    n_tgt = pieces + 1  # (B,) non-pad labels per row: the pieces and the EOS
+    starts = np.cumsum(n_tgt) - n_tgt
+    tgt_index = np.repeat(np.arange(B) * T, n_tgt) + np.arange(int(n_tgt.sum())) - np.repeat(starts, n_tgt)
     tensors = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
-    return Batch(*tensors, indices=idx.tolist(), n_tgt_tokens=int(pieces.sum()) + B)
+    return Batch(*tensors, indices=idx.tolist(), n_tgt_tokens=int(n_tgt.sum()), tgt_index=torch.from_numpy(tgt_index))
 
 
 def build_batches(
-    src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int, seed: int
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int, seed: int, buckets: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(order, bounds): batch b is order[bounds[b]:bounds[b + 1]], with B * max(S, T) <= max_tokens.
 
     Pairs are sorted by max(S, T), then by S (which keeps the shorter side aligned too: padding efficiency 0.98
     instead of 0.94 on WMT-like lengths), ties broken by a random permutation from `seed`; then cut greedily,
     each cut one vectorised look at the next window (a Python step per batch, not per pair).
+    buckets: batches never mix length buckets, and each holds max_tokens // L pairs of bucket L (the last of a
+    bucket fewer), so B x L <= max_tokens for the padded length L and the shapes come from a small set.
     """
     src = np.asarray(src_lengths, dtype=np.int64)
     key = np.maximum(src, np.asarray(tgt_lengths, dtype=np.int64))  # (n,)
@@ -112,6 +146,8 @@ def build_batches(
         sort_key = sort_key.astype(np.uint16)  # numpy's stable sort is a radix sort for 16-bit integers
     order = shuffled[np.argsort(sort_key, kind="stable")]  # stable: ties keep the random order
     sorted_key = key[order]
+    if buckets:
+        return order, _cut_by_bucket(bucket_lengths(sorted_key), max_tokens)
     bounds, i, n = [0], 0, len(order)
     while i < n:
         window = sorted_key[i : i + max(1, max_tokens // max(1, int(sorted_key[i])))]  # longest batch that might fit
@@ -119,6 +155,17 @@ def build_batches(
         i += len(window) if fits[-1] else max(1, int(np.argmin(fits)))
         bounds.append(i)
     return order, np.asarray(bounds, dtype=np.int64)
+
+
+def _cut_by_bucket(bucketed: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Bounds of batches of max_tokens // L pairs within each run of one bucket L (bucketed is sorted)."""
+    runs = [0, *(np.flatnonzero(np.diff(bucketed)) + 1).tolist(), len(bucketed)]
+    bounds = [0]
+    for start, end in zip(runs[:-1], runs[1:]):
+        size = max(1, max_tokens // int(bucketed[start]))
+        bounds.extend(range(start + size, end, size))
+        bounds.append(end)
+    return np.asarray(bounds, dtype=np.int64)
 
 
 class TokenBatchSampler:
@@ -139,6 +186,7 @@ class TokenBatchSampler:
         shuffle: bool = True,
         rank: int = 0,
         world_size: int = 1,
+        buckets: bool = False,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size), got rank {rank} of {world_size}")
@@ -147,10 +195,12 @@ class TokenBatchSampler:
         self.src_lengths = np.asarray(src_lengths)
         self.tgt_lengths = np.asarray(tgt_lengths)
         self.max_tokens, self.seed, self.shuffle = int(max_tokens), int(seed), bool(shuffle)
-        self.rank, self.world_size = int(rank), int(world_size)
+        self.rank, self.world_size, self.buckets = int(rank), int(world_size), bool(buckets)
         self.epoch = 0  # current epoch, from 0
         self.position = 0  # batches of the current epoch already yielded on this rank
-        self._order, self._bounds = build_batches(self.src_lengths, self.tgt_lengths, max_tokens=max_tokens, seed=seed)
+        self._order, self._bounds = build_batches(
+            self.src_lengths, self.tgt_lengths, max_tokens=max_tokens, seed=seed, buckets=buckets
+        )
         self.n_batches = len(self._bounds) - 1  # over all ranks, before dropping the remainder
         if self.n_batches < world_size:
             raise UserError(
@@ -190,16 +240,18 @@ class TokenBatchSampler:
         return {
             "epoch": self.epoch, "position": self.position, "seed": self.seed, "max_tokens": self.max_tokens,
             "world_size": self.world_size, "n_examples": len(self.src_lengths), "shuffle": int(self.shuffle),
+            "buckets": int(self.buckets),
         }  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a saved (epoch, position); the data, seed, max_tokens and world size must be the same."""
         mine = self.state_dict()
-        for key in ("seed", "max_tokens", "world_size", "n_examples", "shuffle"):
+        for key in ("seed", "max_tokens", "world_size", "n_examples", "shuffle", "buckets"):
             if key in state and int(state[key]) != mine[key]:
                 raise UserError(
                     f"cannot resume the batch order: it was saved with {key}={state[key]}, now {mine[key]}; "
-                    "resume with the same data, train.seed, train.max_tokens and number of devices"
+                    "resume with the same data, train.seed, train.max_tokens, train.length_buckets and number of "
+                    "devices"
                 )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 

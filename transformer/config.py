@@ -119,7 +119,7 @@ class DataConfig:
     character_coverage: float = 1.0  # SentencePiece character coverage
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
-    num_proc: int = 1  # processes for `datasets.map` when encoding
+    num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
 
     def __post_init__(self) -> None:
         _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
@@ -152,6 +152,8 @@ class TrainConfig:
     label_smoothing: float = 0.1  # epsilon_ls
     precision: Precision = "auto"  # autocast while training; auto: bf16 on a GPU that supports it, else fp32
     compile: bool = False  # wrap the model in torch.compile
+    fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
+    length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
     max_steps: int = 100_000  # stop after this many updates (0 = no limit)
     max_epochs: int = 0  # stop after this many epochs (0 = no limit)

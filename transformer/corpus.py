@@ -13,7 +13,7 @@ One split of `data:` in the config (a `SplitConfig`) is one of
 and `load_pairs` turns any of them into two equally long lists of strings. Text files are read here directly
 (one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
 quoting in TSV), so that errors can name the file and the line; every source then goes through the same
-`datasets.Dataset.map` encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
+process-parallel encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
 """
 
 from __future__ import annotations

@@ -184,10 +184,21 @@ class Transformer(nn.Module):
         """Teacher forcing: tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V) in the compute dtype."""
         return self.output_proj(self.decoder(tgt_in, memory, src_mask))
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V); padding is read from `pad_id`."""
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, *, positions: torch.Tensor | None = None, project: bool = True
+    ) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V); padding is read from `pad_id`.
+
+        positions (N,) long, flat indices into the B*T target positions: only those, as rows (N, V) (training
+        scores the real targets only, not the padding; an index, not a mask, so no device sync). project=False:
+        the decoder states (B, T, D) or (N, D) instead of logits, for a loss that applies the output layer itself
+        (`transformer.loss`).
+        """
         src_mask = make_pad_mask(src, self.pad_id)  # (B, 1, 1, S)
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+        hidden = self.decoder(tgt_in, self.encode(src, src_mask), src_mask)  # (B, T, D)
+        if positions is not None:
+            hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
+        return self.output_proj(hidden) if project else hidden
 
     # ------------------------------------------------------------------------------- decoding interface
 

@@ -52,6 +52,7 @@ class Trainer:
         from transformer.model import Transformer
         from transformer.tokenizer import PAD_ID
 
+        self.created = time.perf_counter()
         self.config, self.train_cfg = config, config.train
         if config.data.max_tokens_per_sentence > config.model.max_positions:
             raise UserError(
@@ -77,7 +78,7 @@ class Trainer:
         train_split = self.data.splits["train"]
         self.sampler = TokenBatchSampler(
             train_split.src_lengths, train_split.tgt_lengths, max_tokens=self.train_cfg.max_tokens,
-            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world,
+            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world, buckets=self.train_cfg.length_buckets,
         )  # fmt: skip
         mean_tokens = float(np.sum(train_split.tgt_lengths)) / max(len(self.sampler) * self.world, 1)
         self.accumulation = self.train_cfg.accumulation or training.micro_batch_count(
@@ -194,7 +195,7 @@ class Trainer:
         max_epochs = self.train_cfg.max_epochs
         while not max_epochs or self.sampler.epoch < max_epochs:
             for indices in self.sampler:
-                yield collate(split, indices).to(self.device, non_blocking=True)
+                yield collate(split, indices, bucket=self.train_cfg.length_buckets).to(self.device, non_blocking=True)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum, frame):
@@ -249,6 +250,7 @@ class Trainer:
         """Updates until a stop condition; returns its reason."""
         cfg = self.train_cfg
         batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
+        first_step = self.step + 1
         self.net.train()
         reason = None
         while reason is None:
@@ -272,6 +274,8 @@ class Trainer:
                 reason = self._stop_reason(max_time)
                 continue
             self.step += 1
+            if self.step == first_step:  # start-up cost (docs/benchmarks.md): data, model, the first update
+                log.info("first update done %.1f s after the trainer started", time.perf_counter() - self.created)
             if self.step % cfg.log_every == 0:
                 self._log_train(window, bar)
             advance(bar, self.step, self.elapsed())

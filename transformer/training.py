@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, TrainConfig
+from transformer.loss import chunked_label_smoothed_loss
 from transformer.precision import autocast, resolve_precision  # noqa: F401 (their home is precision.py)
 
 
@@ -62,6 +63,34 @@ def label_smoothed_loss(
     smooth = -log_probs.mean(dim=-1)  # (B*T,)
     loss = (1.0 - epsilon) * nll + epsilon * smooth
     return loss[keep].sum(), nll[keep].sum()
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The Transformer inside DDP and torch.compile wrappers."""
+    while isinstance(getattr(model, "module", None) or getattr(model, "_orig_mod", None), nn.Module):
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
+
+
+def batch_loss(model: nn.Module, batch, *, precision: str, epsilon: float, pad_id: int, fused: bool = True):
+    """Summed label-smoothed loss and NLL of one batch (the forward pass of a training step), float32 scalars.
+
+    batch: src (B, S), tgt_in and tgt_out (B, T) on the model's device, and (optionally) tgt_index (N,), the flat
+    positions of the non-pad targets (`batching.Batch`). fused: the decoder states of those N positions only, through
+    `loss.chunked_label_smoothed_loss` (no (B*T, V) logits or float32 log-probabilities, no work on padding);
+    else the full logits through `label_smoothed_loss`. Both give the same value and gradient (tested).
+    """
+    device = batch.src.device
+    with autocast(precision, device):
+        if not fused:
+            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            return label_smoothed_loss(logits, batch.tgt_out, epsilon=epsilon, pad_id=pad_id)
+        index = getattr(batch, "tgt_index", None)  # made on the host by collate; else found here (a device sync)
+        index = batch.tgt_out.flatten().ne(pad_id).nonzero().squeeze(1) if index is None else index  # (N,)
+        hidden = model(batch.src, batch.tgt_in, positions=index, project=False)  # (N, D)
+        target = batch.tgt_out.flatten().index_select(0, index)  # (N,)
+        weight = _unwrap(model).output_proj.weight  # (V, D)
+        return chunked_label_smoothed_loss(hidden, weight, target, epsilon=epsilon)
 
 
 def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
@@ -122,9 +151,8 @@ def train_update(
     loss_sum = nll_sum = torch.zeros((), device=device)
     for i, batch in enumerate(micro_batches):
         with _sync_context(model, last=i == len(micro_batches) - 1):
-            with autocast(precision, device):
-                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out, epsilon=train.label_smoothing, pad_id=pad_id)
+            loss, nll = batch_loss(model, batch, precision=precision, epsilon=train.label_smoothing, pad_id=pad_id,
+                                   fused=train.fused_loss)  # fmt: skip
             scaled = loss * (world / total_tokens)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()

@@ -1,0 +1,57 @@
+"""`make bench-gpu`'s script on the CPU: a tiny shape writes a well-formed record, and CPU records never enter the
+GPU table (the fields are the ones issue 13 names for docs/results/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = {"kind", "shape", "device", "torch", "date", "command", "tokens_per_update", "engines", "mfu", "peak_tflops"}
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "scripts" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_cpu_smoke_writes_a_complete_record_and_keeps_it_out_of_the_gpu_table(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# B\n\n<!-- bench-gpu table: begin -->\nold\n<!-- bench-gpu table: end -->\n\nafter\n")
+    command = [sys.executable, "scripts/bench_gpu.py", "--cpu-smoke", "--out", str(tmp_path), "--docs", str(docs),
+               "--peers", "torch"]  # fmt: skip
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    (path,) = tmp_path.glob("train_tiny_*.json")
+    record = json.loads(path.read_text())
+    assert record.keys() >= FIELDS
+    assert record["kind"] == "train_throughput" and record["shape"] == "tiny" and record["device_type"] == "cpu"
+    assert record["mfu"] is None and record["peak_tflops"] is None  # no GPU figure from a CPU
+    assert set(record["engines"]) == {"ours", "nn_transformer"}
+    for engine in record["engines"].values():
+        assert engine["tokens_per_s"] > 0 and "peak_mem_gb" in engine
+    assert record["tokens_per_update"] > 0 and "scripts/benchmark.py" in record["command"]
+    text = docs.read_text()
+    assert "no GPU run of `make bench-gpu` yet" in text and "old" not in text and text.endswith("after\n")
+
+
+def test_table_shows_gpu_records_only(tmp_path):
+    gpu = {"kind": "train_throughput", "shape": "base", "device": "NVIDIA H100 80GB HBM3", "device_type": "cuda",
+           "date": "2026-11-24", "tokens_per_update": 24900, "mfu": 0.4123, "peak_tflops": 989.0,
+           "engines": {"ours": {"tokens_per_s": 1_000_000.0, "peak_mem_gb": 20.5},
+                       "hf_marian": {"tokens_per_s": 400_000.0, "peak_mem_gb": 30.1}}}  # fmt: skip
+    cpu = {**gpu, "device": "cpu (AMD EPYC)", "device_type": "cpu", "mfu": None}
+    (tmp_path / "train_base_h100.json").write_text(json.dumps(gpu))
+    (tmp_path / "train_base_cpu.json").write_text(json.dumps(cpu))
+    rows = [line for line in _script().table(tmp_path).splitlines() if line.startswith("| base")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert cells[1] == "NVIDIA H100 80GB HBM3" and cells[4] == "1,000,000" and cells[5] == "41.2%"
+    assert cells[7] == "not run" and cells[8] == "400,000" and cells[9] == "2.50x"
