@@ -127,3 +127,30 @@ def test_time_budget_bar_fills_with_seconds():
     steps = training_bar(max_steps=100, max_time=60.0, step=10, elapsed=0.0, enabled=True)
     advance(steps, 11, 1.0)
     assert (steps.total, steps.n) == (100, 11)
+
+
+def test_a_config_builds_on_its_base(tmp_path):
+    """`base:` reads the other file first (its data paths against its own folder), then this file key by key."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared/parent.yaml").write_text(
+        "base: tiny\nmodel: {d_model: 48, n_heads: 4}\ndata: {train: {src: a.txt, tgt: b.txt}}\n", encoding="utf-8"
+    )
+    (tmp_path / "child.yaml").write_text("base: shared/parent.yaml\nmodel: {n_heads: 6}\n", encoding="utf-8")
+    config = load_config(tmp_path / "child.yaml", ["model.d_ff=96"])
+    tiny = load_config("tiny")
+    assert (config.model.d_model, config.model.n_heads, config.model.d_ff) == (48, 6, 96)
+    assert config.model.n_encoder_layers == tiny.model.n_encoder_layers and config.train == tiny.train
+    assert config.data.train.src == str(tmp_path / "shared/a.txt")
+
+
+def test_the_wmt14_recipes_build_on_base_and_big():
+    big, recipe = load_config("big"), load_config("wmt14_en_de_big")
+    assert recipe.model == big.model and recipe.model.d_model == 1024 and recipe.train.max_steps == 300_000
+    assert recipe.data.vocab_size == load_config("base").data.vocab_size == 37000
+
+
+def test_a_cycle_of_base_files_is_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n", encoding="utf-8")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="cycle of base files"):
+        load_config(tmp_path / "a.yaml")

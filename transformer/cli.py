@@ -12,7 +12,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 
-from transformer.config import PRECISIONS, DecodeConfig, choices
+from transformer.config import CHUNK_LINES, PRECISIONS, DecodeConfig, choices
 from transformer.errors import UserError
 from transformer.fileio import is_fs_error, os_error, signals_raise
 
@@ -228,7 +228,7 @@ def translate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument("--chunk-lines", type=_count(1), default=1000,
+    parser.add_argument("--chunk-lines", type=_count(1), default=CHUNK_LINES,
                         help="lines read (and sorted) at a time from a pipe")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.checkpoint:

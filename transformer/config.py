@@ -138,7 +138,7 @@ class DataConfig:
 class TrainConfig:
     out_dir: str = "runs/default"  # run directory: checkpoints, metrics.jsonl, config.yaml, curves.png
     seed: int = 1  # seeds python, numpy and torch; also fixes the batch order
-    max_tokens: int = 4096  # padded tokens (source or target, the larger) per micro-batch on one device
+    max_tokens: int = 4096  # padded tokens per micro-batch on one device: B x max(S, T), target side included
     update_tokens: int = 25000  # target tokens per optimizer update, summed over devices and accumulation
     accumulation: int = 0  # micro-batches per device per update (0 = derived from update_tokens)
     lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"  # noam: the paper's; inverse_sqrt: fairseq-style
@@ -204,7 +204,7 @@ class DecodeConfig:
     max_len_b: int = 50
     min_len: int = 0  # EOS is forbidden before this many output tokens
     nbest: int = 1  # hypotheses returned per sentence
-    max_tokens: int = 8000  # source tokens per decoding batch (sentences are sorted by length first)
+    max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
     sampling: bool = False  # sample instead of searching (not in the paper)
     temperature: float = 1.0  # sampling temperature
     top_k: int = 0  # sample among the k most likely tokens (0 = all)
@@ -224,6 +224,9 @@ class DecodeConfig:
         _require(self.max_tokens > 0, "decode.max_tokens must be positive")
         _require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")
         _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
+
+
+CHUNK_LINES = 1000  # input lines that transformer-translate and Translator.translate read (and sort) at a time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -360,7 +363,18 @@ def set_dotted(tree: dict[str, Any], override: str) -> None:
     node[leaf] = yaml.safe_load(raw) if raw.strip() else None
 
 
-def _read_yaml(path: str | Path) -> dict[str, Any]:
+def _merge(tree: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`update`'s sections over `tree`'s, key by key (a split such as `data.train` is replaced whole)."""
+    merged = dict(tree)
+    for section, values in update.items():
+        both = isinstance(values, dict) and isinstance(merged.get(section), dict)
+        merged[section] = {**merged[section], **values} if both else values
+    return merged
+
+
+def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file as a tree; `base: FILE` (relative to this file's folder, or a shipped config's name) first
+    reads FILE and lays this file's sections over it, key by key."""
     path = find_config(path)
     _require(path.is_file(), f"config file not found: {path} (looked in {Path.cwd()})")
     try:
@@ -371,7 +385,14 @@ def _read_yaml(path: str | Path) -> dict[str, Any]:
     if isinstance(tree.get("data"), dict):
         for name in ("train", "valid", "test"):
             resolve_split_paths(tree["data"].get(name), path.parent, path)
-    return tree
+    base = tree.pop("base", None)
+    if base is None:
+        return tree
+    _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")
+    base_path = path.parent / base if (path.parent / base).is_file() else base
+    chain = (*_children, path.resolve())
+    _require(find_config(base_path).resolve() not in chain, f"{path}: base {base} makes a cycle of base files")
+    return _merge(_read_yaml(base_path, chain), tree)
 
 
 def load_config(
@@ -379,12 +400,10 @@ def load_config(
 ) -> Config:
     """Read a YAML config (any subset of the keys), apply `section.key=value` overrides and validate.
 
-    With `base` (e.g. the config stored in a checkpoint), the file's sections update the base's key by key.
+    With `base` (e.g. the config stored in a checkpoint), the file's sections update the base's key by key; a file
+    can build on another file the same way with a top-level `base: other.yaml` key.
     """
-    tree: dict[str, Any] = base.to_dict() if base is not None else {}
-    for section, values in (_read_yaml(path) if path is not None else {}).items():
-        merge = isinstance(values, dict) and isinstance(tree.get(section), dict)
-        tree[section] = {**tree[section], **values} if merge else values
+    tree = _merge(base.to_dict() if base is not None else {}, _read_yaml(path) if path is not None else {})
     for override in overrides:
         set_dotted(tree, override)
     return from_dict(tree)

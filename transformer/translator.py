@@ -6,9 +6,9 @@ Decisions:
 - One result per input line, always, in order: an empty or whitespace-only line gives one empty `Translation`
   (score 0) without running the model; a line longer than `model.max_positions` source tokens is truncated to
   that many (its EOS kept last) with a warning naming the line number, never dropped.
-- Lines are read lazily, `chunk_lines` at a time (1000 by default; 1 suits an interactive terminal), so a pipe
-  gets its output as it goes. Within a chunk, sentences are sorted by length into batches of at most
-  `decode.max_tokens` padded source tokens (`batching.build_batches`), and the results restored to input order.
+- Lines are read lazily, `chunk_lines` at a time (config.CHUNK_LINES, 1000, by default; 1 suits an interactive
+  terminal), so a pipe gets its output as it goes. Within a chunk, sentences are sorted by length into batches of
+  at most `decode.max_tokens` padded source tokens (`batching.build_batches`), and the results restored to input order.
 - Precision: `decode.precision` (or the `precision` argument, which overrides it) under the one rule of
   precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
   it. The decoder's log-probabilities are float32 either way.
@@ -27,7 +27,7 @@ import torch
 
 from transformer.attention import avoid_cudnn_attention, make_pad_mask
 from transformer.batching import build_batches
-from transformer.config import DecodeConfig
+from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.decoding import generate
 from transformer.errors import UserError
 from transformer.precision import autocast, resolve_precision
@@ -72,12 +72,12 @@ class Translator:
         model = getattr(model, "module", model)  # DistributedDataParallel: decode with the wrapped module
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.decode = decode
+        self.settings = decode  # the DecodeConfig (not to be confused with model.decode)
         self.precision = resolve_precision(precision or decode.precision, self.device)  # bf16, fp16 or fp32
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
     def translate(
-        self, lines: Iterable[str], *, chunk_lines: int = 1000, progress: Callable[[int], Any] | None = None
+        self, lines: Iterable[str], *, chunk_lines: int = CHUNK_LINES, progress: Callable[[int], Any] | None = None
     ) -> Iterator[list[Translation]]:
         """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
 
@@ -104,7 +104,7 @@ class Translator:
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
         encoded = [self._truncate(ids, first_line + i) for i, ids in zip(todo, encoded)]
         lengths = [len(ids) for ids in encoded]
-        order, bounds = build_batches(lengths, lengths, max_tokens=self.decode.max_tokens, seed=0)
+        order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
             for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch])):
@@ -129,7 +129,7 @@ class Translator:
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
         with autocast(self.precision, self.device):
             hypotheses = generate(
-                self.model, src, src_mask, self.decode, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
+                self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
             )
         texts = iter(self.tokenizer.decode_tgt([h.tokens for hyps in hypotheses for h in hyps]))
         return [[Translation(next(texts), h.score, h.log_prob, h.tokens) for h in hyps] for hyps in hypotheses]
