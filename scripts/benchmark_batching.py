@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from transformer.batching import TokenBatchSampler, collate
-from transformer.data import EncodedSplit, _offsets
+from transformer.data import EncodedSplit
 
 
 def wmt_like_lengths(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,10 +47,9 @@ def main() -> None:
 
     n = min(200_000, args.pairs)  # collate on a slice, with random ids
     rng = np.random.default_rng(0)
-    split = EncodedSplit(
-        rng.integers(4, 37000, int(src[:n].sum()), dtype=np.int32), _offsets(src[:n]),
-        rng.integers(4, 37000, int(tgt[:n].sum() - n), dtype=np.int32), _offsets(tgt[:n] - 1),
-    )  # fmt: skip
+    src_rows = [rng.integers(4, 37000, length, dtype=np.int32) for length in src[:n]]
+    tgt_rows = [rng.integers(4, 37000, length - 1, dtype=np.int32) for length in tgt[:n]]  # pieces: length - 1
+    split = EncodedSplit.from_lists(src_rows, tgt_rows)
     small = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=args.max_tokens, seed=args.seed)
     start = time.perf_counter()
     count = sum(collate(split, indices).n_tgt_tokens > 0 for indices in small)

@@ -7,7 +7,9 @@ and a checkpoint from a stranger cannot run code:
     config      the full resolved config as a nested dict
     tokenizer   {"src": SentencePiece model bytes, "tgt": bytes or None when the vocabulary is joint}
     vocab       {"src": size, "tgt": size}
-    step, epoch, optimizer, scheduler, scaler, sampler, rng, metrics   (training state; absent in averages)
+    step, epoch, optimizer, scaler, sampler, rng, rng_ranks, progress   (training state, written by
+                trainer.Trainer.state; absent in averages. The learning rate is a function of `step`, so no
+                scheduler state; `progress` holds best, bad_validations, elapsed and skipped)
 """
 
 from __future__ import annotations
