@@ -36,12 +36,31 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class _SublayerConnection(nn.Module):
-    """Base of both layers: the dropout, residual add and LayerNorm wrapped around every sub-layer."""
+    """Base of both layers: their sub-layers, and the dropout, residual add and LayerNorm around each of them.
 
-    def __init__(self, *, dropout: float, norm_first: bool) -> None:
+    Builds self-attention, then (in the decoder, `cross_attention = True`) attention over the encoder memory, then
+    the feed-forward network, each with its LayerNorm: the state-dict keys and the initialisation order.
+    """
+
+    cross_attention = False
+
+    def __init__(
+        self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+        activation_dropout: float, activation: str, norm_first: bool, eps: float,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
+        attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(**attention, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(d_model, eps=eps)
+        if self.cross_attention:
+            self.cross_attn = MultiHeadAttention(**attention, self_attention=False)
+            self.cross_attn_norm = nn.LayerNorm(d_model, eps=eps)
+        self.ff = PositionwiseFeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
+        )
+        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
 
     def residual(
         self, x: torch.Tensor, norm: nn.LayerNorm, sublayer: Callable[[torch.Tensor], torch.Tensor]
@@ -55,29 +74,6 @@ class _SublayerConnection(nn.Module):
 class EncoderLayer(_SublayerConnection):
     """Self-attention, then the feed-forward network, each in a residual block."""
 
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        eps: float,
-    ) -> None:
-        super().__init__(dropout=dropout, norm_first=norm_first)
-        self.self_attn = MultiHeadAttention(
-            d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout, self_attention=True
-        )
-        self.self_attn_norm = nn.LayerNorm(d_model, eps=eps)
-        self.ff = PositionwiseFeedForward(
-            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
-        )
-        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
-
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
         x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, mask=src_mask))
@@ -87,29 +83,7 @@ class EncoderLayer(_SublayerConnection):
 class DecoderLayer(_SublayerConnection):
     """Masked self-attention, attention over the encoder memory, then the feed-forward network."""
 
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        eps: float,
-    ) -> None:
-        super().__init__(dropout=dropout, norm_first=norm_first)
-        attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
-        self.self_attn = MultiHeadAttention(**attention, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(d_model, eps=eps)
-        self.cross_attn = MultiHeadAttention(**attention, self_attention=False)
-        self.cross_attn_norm = nn.LayerNorm(d_model, eps=eps)
-        self.ff = PositionwiseFeedForward(
-            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
-        )
-        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
+    cross_attention = True
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (B, T, D).
