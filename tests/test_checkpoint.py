@@ -44,8 +44,10 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]
 
 
-def test_killed_writer_process_leaves_previous_checkpoint(tmp_path):
-    """A SIGKILL at a random moment of a (slow) write never tears the file that readers use."""
+@pytest.mark.parametrize("where", ["half-written", "before-rename"])
+def test_killed_writer_process_leaves_previous_checkpoint(tmp_path, where):
+    """A SIGKILL while the new checkpoint is half written, or written but not yet renamed, never tears the file
+    readers use. The writer stops at that exact point and waits to be killed, so no timing is involved."""
     import subprocess
     import sys
     import textwrap
@@ -53,21 +55,36 @@ def test_killed_writer_process_leaves_previous_checkpoint(tmp_path):
     path = tmp_path / "c.pt"
     save_checkpoint({"model": {"w": torch.zeros(3)}, "config": {}, "step": 1}, path)
     code = textwrap.dedent(f"""
-        import torch
+        import io, os, sys, torch
         from transformer.checkpoint import save_checkpoint
-        big = {{"model": {{"w": torch.ones(20_000_000)}}, "config": {{}}, "step": 2}}
-        print("writing", flush=True)
-        while True:
-            save_checkpoint(big, {str(path)!r})
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "writing"
-    import time
 
-    time.sleep(0.4)
-    proc.kill()
-    proc.wait()
-    assert load_checkpoint(path)["step"] in (1, 2)
+        def wait_to_be_killed(stage):
+            print(stage, flush=True)
+            sys.stdin.readline()
+
+        real_save, real_replace = torch.save, os.replace
+        def half_save(obj, f):
+            buffer = io.BytesIO()
+            real_save(obj, buffer)
+            f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            f.flush()
+            if {where!r} == "half-written":
+                wait_to_be_killed("half-written")
+            f.write(buffer.getvalue()[len(buffer.getvalue()) // 2 :])
+        def replace(src, dst):
+            wait_to_be_killed("before-rename")
+            real_replace(src, dst)
+        torch.save, os.replace = half_save, replace
+        save_checkpoint({{"model": {{"w": torch.ones(1000)}}, "config": {{}}, "step": 2}}, {str(path)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == where
+    finally:
+        proc.kill()
+        proc.wait()
+    assert load_checkpoint(path)["step"] == 1
+    assert len(list(tmp_path.iterdir())) == 2, "the killed write leaves its temporary file beside the checkpoint"
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # a plain pickle, not torch.save
