@@ -35,7 +35,7 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
             print(f"error: {os_error(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as exc:
-            print(f"interrupted ({exc or 'SIGINT'}); files being written were not replaced", file=sys.stderr)
+            print(f"interrupted ({str(exc) or 'SIGINT'}); files being written were not replaced", file=sys.stderr)
             return getattr(exc, "code", 130)
 
     return wrapper

@@ -161,7 +161,7 @@ def run_translate(args: argparse.Namespace) -> int:
                 done += 1
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through `fileio.signals_raise`
         where = f"{args.output} was not written (it keeps its previous contents)" if to_file else "on stdout"
-        print(f"interrupted ({exc or 'SIGINT'}) after {done} translated lines: {where}", file=sys.stderr)
+        print(f"interrupted ({str(exc) or 'SIGINT'}) after {done} translated lines: {where}", file=sys.stderr)
         return getattr(exc, "code", 130)
     return 0
 
