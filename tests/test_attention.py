@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from transformer.attention import (
     MultiHeadAttention,
@@ -21,8 +20,13 @@ T = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 
 
 def both_paths(q, k, v, mask=None):
-    """The fused kernel the model uses, and the explicit formula."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), reference_attention(q, k, v, mask)
+    """Our `MultiHeadAttention.attend` (one head, W^O the identity, so its output is the attention itself) and the
+    explicit formula: (T, d_k) x (S, d_k) x (S, d_v) -> (T, d_v) each."""
+    mha = MultiHeadAttention(d_model=v.size(-1), n_heads=1, attention_dropout=0.0, self_attention=True).double()
+    with torch.no_grad():
+        mha.out_proj.weight.copy_(torch.eye(v.size(-1))), mha.out_proj.bias.zero_()
+    q, k, v = q[None, None], k[None, None], v[None, None]  # (1, 1, T, d_k): one sentence, one head
+    return mha.attend(q, k, v, mask)[0], reference_attention(q, k, v, mask)[0, 0]  # (1, T, d_v) -> (T, d_v)
 
 
 def test_example_a_forward_and_backward():
@@ -106,13 +110,12 @@ def test_multi_head_attention_equals_per_head_reference(self_attention):
 
 
 def test_padding_keys_get_no_weight():
-    q, k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
-    mask = make_pad_mask(torch.tensor([[7, 7, 7, 0, 0]]), 0)
+    q, k, v = (torch.randn(n, 4, dtype=torch.float64) for n in (3, 5, 5))
+    mask = make_pad_mask(torch.tensor([[7, 7, 7, 0, 0]]), 0)  # (1, 1, 1, S): the last two keys are padding
     changed = v.clone()
-    changed[..., 3:, :] = 100.0
+    changed[3:] = 100.0
     torch.testing.assert_close(*both_paths(q, k, v, mask))
-    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, changed, attn_mask=mask),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # fmt: skip
+    torch.testing.assert_close(both_paths(q, k, changed, mask)[0], both_paths(q, k, v, mask)[0])
 
 
 def test_avoid_cudnn_attention_turns_the_cudnn_backend_off():

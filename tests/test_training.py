@@ -3,38 +3,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BOS, EOS, PAD, tiny_model
+from conftest import EOS, PAD, tiny_model
 
 from transformer import training
+from transformer.batching import Batch, collate
 from transformer.config import TrainConfig
-
-
-@dataclass
-class Batch:
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum())
+from transformer.data import EncodedSplit
 
 
 def make_batch(sequences: list[list[int]], targets: list[list[int]]) -> Batch:
-    S, T = max(map(len, sequences)) + 1, max(map(len, targets)) + 1
-    src = torch.full((len(sequences), S), PAD)
-    tgt_in = torch.full((len(targets), T), PAD)
-    tgt_out = torch.full((len(targets), T), PAD)
-    for i, (s, t) in enumerate(zip(sequences, targets)):
-        src[i, : len(s) + 1] = torch.tensor(s + [EOS])
-        tgt_in[i, : len(t) + 1] = torch.tensor([BOS] + t)
-        tgt_out[i, : len(t) + 1] = torch.tensor(t + [EOS])
-    return Batch(src, tgt_in, tgt_out)
+    """The real collate (batching.py): sources get EOS, tgt_in starts with BOS, tgt_out ends with EOS."""
+    split = EncodedSplit.from_lists([s + [EOS] for s in sequences], targets)
+    return collate(split, range(len(sequences)))
 
 
 def random_task(n: int, seed: int, reverse: bool = False, batch_size: int = 8) -> list[Batch]:
