@@ -95,27 +95,11 @@ class Transformer(nn.Module):
     """Encoder-decoder with (optionally) one embedding matrix shared by source, target and the output layer."""
 
     def __init__(
-        self,
-        *,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        pad_id: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        n_encoder_layers: int,
-        n_decoder_layers: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        layer_norm_eps: float,
-        positional: str,
-        max_positions: int,
-        share_embeddings: bool,
-        tie_output: bool,
-    ) -> None:
+        self, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, d_model: int, n_heads: int, d_ff: int,
+        n_encoder_layers: int, n_decoder_layers: int, dropout: float, attention_dropout: float,
+        activation_dropout: float, activation: str, norm_first: bool, layer_norm_eps: float, positional: str,
+        max_positions: int, share_embeddings: bool, tie_output: bool,
+    ) -> None:  # fmt: skip
         """Every setting is required here: ModelConfig (config.py) holds the defaults; see `from_config`."""
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -129,28 +113,17 @@ class Transformer(nn.Module):
             else TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
         )
         stack = dict(
-            dropout=dropout,
-            norm_first=norm_first,
-            eps=layer_norm_eps,
-            d_model=d_model,
-            n_heads=n_heads,
-            d_ff=d_ff,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-        )
+            dropout=dropout, norm_first=norm_first, eps=layer_norm_eps, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+            attention_dropout=attention_dropout, activation_dropout=activation_dropout, activation=activation,
+        )  # fmt: skip
         self.encoder = Encoder(
-            embedding=src_embedding,
-            positional=_positional(positional, d_model, max_positions),
-            n_layers=n_encoder_layers,
-            **stack,
-        )
+            embedding=src_embedding, positional=_positional(positional, d_model, max_positions),
+            n_layers=n_encoder_layers, **stack,
+        )  # fmt: skip
         self.decoder = Decoder(
-            embedding=tgt_embedding,
-            positional=_positional(positional, d_model, max_positions),
-            n_layers=n_decoder_layers,
-            **stack,
-        )
+            embedding=tgt_embedding, positional=_positional(positional, d_model, max_positions),
+            n_layers=n_decoder_layers, **stack,
+        )  # fmt: skip
         self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
         self._init_projections()
         if tie_output:
