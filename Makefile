@@ -10,7 +10,12 @@ DEMO_BUDGET ?= 15m
 DEMO_CONFIG ?= configs/demo.yaml
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup test test-fast lint format demo clean
+# `make recipe`: a training recipe run to its end in pieces, averaged, scored into docs/results/ (needs a GPU to be
+# quick); RECIPE_ARGS="--max-pieces 1" stops after one piece (<= 9 min of training): run it again to continue.
+RECIPE ?= configs/bible_es_en_paper.yaml
+RECIPE_ARGS ?=
+
+.PHONY: setup test test-fast lint format demo recipe clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +46,9 @@ format: setup
 demo:
 	@start=$$(date +%s); $(MAKE) --no-print-directory setup && \
 	$(BIN)/python scripts/demo.py --config $(DEMO_CONFIG) --out $(DEMO_OUT) --budget $(DEMO_BUDGET) --started-at $$start
+
+recipe: setup
+	$(BIN)/python scripts/run_recipe.py --config $(RECIPE) $(RECIPE_ARGS)
 
 clean:
 	rm -rf runs cache .pytest_cache .ruff_cache

@@ -224,7 +224,9 @@ class Trainer:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handler)
 
-    def run(self) -> dict[str, Any]:
+    def run(self, *, final_validation: bool = True) -> dict[str, Any]:
+        """Train until a stop condition; `final_validation=False` skips the off-schedule validation at the end
+        (a run continued in pieces then validates exactly when an uninterrupted one would)."""
         cfg = self.train_cfg
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +243,7 @@ class Trainer:
                                            unit="upd", dynamic_ncols=True) as bar:  # fmt: skip
             reason = self._train_loop(bar, max_time)
         log.info("stopping at update %d: %s", self.step, reason)
-        if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
+        if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
         self.save(reason)
         final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed()}
