@@ -11,7 +11,7 @@ DEMO_CONFIG ?= configs/demo.yaml
 DEMO_OUT ?= runs/demo
 
 # `make recipe`: a training recipe run to its end in pieces, averaged, scored into docs/results/ (needs a GPU to be
-# quick); RECIPE_ARGS="--max-pieces 1" stops after one piece (<= 9 min of training): run it again to continue.
+# quick); RECIPE_ARGS="--max-pieces 1" stops after one piece (<= 8 min of training): run it again to continue.
 RECIPE ?= configs/bible_es_en_paper.yaml
 RECIPE_ARGS ?=
 

@@ -3,12 +3,12 @@
     python scripts/run_recipe.py --config configs/bible_es_en_paper.yaml               # all pieces, then scores
     python scripts/run_recipe.py --config configs/bible_es_en_paper.yaml --max-pieces 1  # one piece per call
 
-Each piece trains at most --piece (default 9m: with start-up, the last validation and saving it fits a 10-minute
-command) and resumes exactly where the last one stopped (the trainer's --resume). When the recipe stops (early
-stopping, max_steps, max_epochs or its max_time), the last --average checkpoints on the save schedule are averaged,
-the average translates the config's test split (its decode settings: beam 4 in the recipes) and sacreBLEU BLEU and
-chrF with their signatures go to docs/results/<name>.json (kind "bleu"). With --max-pieces, run the same command
-again until it writes the results.
+Each piece trains at most --piece (default 8m: with start-up, saving, and the averaging and scoring after the
+last piece, one piece fits a 10-minute command) and resumes exactly where the last one stopped (the trainer's
+--resume). When the recipe stops (early stopping, max_steps, max_epochs or its max_time), the last --average
+checkpoints on the save schedule are averaged, the average translates the config's test split (its decode
+settings: beam 4 in the recipes) and sacreBLEU BLEU and chrF with their signatures go to
+docs/results/<name>.json (kind "bleu"). With --max-pieces, run the same command again until it writes the results.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the recipe: a YAML config")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--name", help="results file name (default: the config's file name without .yaml)")
-    parser.add_argument("--piece", default="9m", help="training time per piece, e.g. 9m (0 = no time limit)")
+    parser.add_argument("--piece", default="8m", help="training time per piece, e.g. 8m (0 = no time limit)")
     parser.add_argument("--piece-updates", type=int, default=0, help="updates per piece (0 = no limit)")
     parser.add_argument("--max-pieces", type=int, default=0, help="pieces to run in this call (0 = to the end)")
     parser.add_argument("--average", type=int, default=5, help="checkpoints to average (paper: 5 base, 20 big)")

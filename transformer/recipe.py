@@ -1,6 +1,6 @@
 """A training recipe run to its end in pieces, then checkpoint averaging, test scores and a results file.
 
-    run_recipe("configs/bible_es_en_paper.yaml", piece_seconds=540)   # what scripts/run_recipe.py does
+    run_recipe("configs/bible_es_en_paper.yaml", piece_seconds=480)   # what scripts/run_recipe.py does
 
 Training runs until the recipe itself stops (early stopping on patience, `max_steps`, `max_epochs` or the
 recipe's `max_time`), in pieces of at most `piece_seconds` of training (and/or `piece_updates` updates), each
@@ -162,7 +162,7 @@ def run_recipe(
     overrides: list[str] | tuple[str, ...] = (),
     *,
     name: str | None = None,
-    piece_seconds: float = 540.0,
+    piece_seconds: float = 480.0,
     piece_updates: int = 0,
     max_pieces: int = 0,
     average_last: int = 5,
