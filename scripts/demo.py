@@ -34,6 +34,27 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
         print()
 
 
+def _seconds_per_sentence(config, data, device: str, sample: int = 64) -> float:
+    """Beam search timed now, on this machine, with the untrained model over `sample` test sentences spread
+    through the split. Untrained, it runs every sentence to the maximum length: an overestimate, not an under-."""
+    import torch
+
+    from transformer.model import Transformer
+    from transformer.tokenizer import PAD_ID
+    from transformer.translator import Translator
+
+    sources = list(data.splits["test"].src_text)
+    sources = sources[:: max(len(sources) // sample, 1)][:sample]
+    tokenizer = data.tokenizer
+    model = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
+                                    tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip
+    translator = Translator(model.to(device).eval(), tokenizer, config.decode, device=device)
+    start = time.perf_counter()
+    with torch.random.fork_rng():  # the probe leaves the training run's random state as it was
+        translator.translate_texts(sources)
+    return (time.perf_counter() - start) / max(len(sources), 1)
+
+
 @user_errors_exit_2
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(config)
     if "test" not in data.splits:
         raise UserError(f"{args.config} has no data.test split to score the demo on")
-    after = estimate_after_training(len(data.splits["test"]))
+    per_sentence = _seconds_per_sentence(config, data, device)
+    valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
+    valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
+    after = estimate_after_training(len(data.splits["test"]), seconds_per_sentence=per_sentence, valid_sentences=valid)
     seconds = parse_duration(args.time) if args.time else budget.training_seconds(after=after)
     config = config.replace("train", max_time=f"{seconds:.1f}s")
 
