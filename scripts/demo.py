@@ -36,7 +36,7 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
 
 def _seconds_per_sentence(config, data, device: str, sample: int = 64) -> float:
     """Beam search timed now, on this machine, with the untrained model over `sample` test sentences spread
-    through the split. Untrained, it runs every sentence to the maximum length: an overestimate, not an under-."""
+    through the split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
     import torch
 
     from transformer.model import Transformer
@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(config)
     if "test" not in data.splits:
         raise UserError(f"{args.config} has no data.test split to score the demo on")
-    per_sentence = _seconds_per_sentence(config, data, device)
+    probe = _seconds_per_sentence(config, data, device)
     valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
     valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
-    after = estimate_after_training(len(data.splits["test"]), seconds_per_sentence=per_sentence, valid_sentences=valid)
+    after = estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
     seconds = parse_duration(args.time) if args.time else budget.training_seconds(after=after)
     config = config.replace("train", max_time=f"{seconds:.1f}s")
 

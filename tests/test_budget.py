@@ -39,20 +39,20 @@ def test_a_whole_run_on_the_fake_clock_ends_within_the_budget():
     clock = FakeClock(0.0)
     budget = TimeBudget(total=900.0, started=0.0, clock=clock)
     clock.now += 95.0 + 20.0  # setup, data
-    after = estimate_after_training(1635, seconds_per_sentence=0.03, valid_sentences=150)
+    after = estimate_after_training(1635, probe_seconds_per_sentence=0.06, valid_sentences=150)
     clock.now += budget.training_seconds(after=after)
     clock.now += after  # scoring takes what was estimated
     assert clock.now == pytest.approx(900.0) and budget.left() == pytest.approx(0.0)
 
 
 def test_estimate_scales_the_measured_rate_to_the_test_and_validation_sentences():
-    # 1.5 * (10 + 0.02 * (1635 + 150)) = 68.55 seconds: the demo's test books and its validation sample
-    estimate = estimate_after_training(1635, seconds_per_sentence=0.02, valid_sentences=150, fixed=10.0, factor=1.5)
-    assert estimate == pytest.approx(68.55)
-    # a machine ten times busier measures ten times the rate, and training gives the difference back
-    busy = estimate_after_training(1635, seconds_per_sentence=0.2, valid_sentences=150, fixed=10.0, factor=1.5)
-    assert busy == pytest.approx(1.5 * (10 + 0.2 * 1785))
-    assert estimate_after_training(0, seconds_per_sentence=0.02, fixed=10.0, factor=1.0) == pytest.approx(10.0)
+    # 1.25 * (10 + 0.2 * 0.3 * (1635 + 150)) = 146.375 seconds: the demo's test books and its validation sample
+    kwargs = dict(valid_sentences=150, trained_ratio=0.3, fixed=10.0, factor=1.25)
+    assert estimate_after_training(1635, probe_seconds_per_sentence=0.2, **kwargs) == pytest.approx(146.375)
+    # a probe ten times slower (a busier machine) sets aside ten times the decoding time
+    busy = estimate_after_training(1635, probe_seconds_per_sentence=2.0, **kwargs)
+    assert busy - 1.25 * 10 == pytest.approx(10 * (146.375 - 1.25 * 10))
+    assert estimate_after_training(0, probe_seconds_per_sentence=0.2, fixed=10.0, factor=1.0) == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize(
