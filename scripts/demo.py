@@ -1,10 +1,12 @@
 """`make demo`: train on the bundled Bible corpus, translate held-out verses, and score the test books.
 
-    python scripts/demo.py --config configs/demo.yaml --out runs/demo --time 11m
+    python scripts/demo.py --config configs/demo.yaml --out runs/demo --budget 15m --started-at EPOCH_SECONDS
 
-Stages, each visible: SentencePiece training and encoding (cached), training with a progress bar until the time
-budget, then Spanish test verses beside the reference and the model's English, then BLEU and chrF (sacrebleu) on
-the whole test split with beam search. Uses a GPU when there is one.
+The budget is a total: everything from `--started-at` (`make demo` passes the time before `make setup`) to the
+scores fits in it. Stages, each visible and each header showing the budget left: SentencePiece training and
+encoding (cached); training with a progress bar for whatever is left once the work after it has been estimated
+(`transformer/budget.py`; `--time` fixes it instead); Spanish test verses beside the reference and the model's
+English; BLEU and chrF (sacrebleu) on the whole test split with beam search. Uses a GPU when there is one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 from transformer.cli import user_errors_exit_2
+from transformer.errors import UserError
 
 
 def _banner(text: str) -> None:
@@ -34,12 +37,35 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
         print()
 
 
+def _seconds_per_sentence(config, data, device: str, sample: int = 64) -> float:
+    """Beam search timed now, on this machine, with the untrained model over `sample` test sentences spread
+    through the split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
+    import torch
+
+    from transformer.model import Transformer
+    from transformer.tokenizer import PAD_ID
+    from transformer.translator import Translator
+
+    sources = list(data.splits["test"].src_text)
+    sources = sources[:: max(len(sources) // sample, 1)][:sample]
+    tokenizer = data.tokenizer
+    model = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
+                                    tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip
+    translator = Translator(model.to(device).eval(), tokenizer, config.decode, device=device)
+    start = time.perf_counter()
+    with torch.random.fork_rng():  # the probe leaves the training run's random state as it was
+        translator.translate_texts(sources)
+    return (time.perf_counter() - start) / max(len(sources), 1)
+
+
 @user_errors_exit_2
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/demo.yaml")
     parser.add_argument("--out", default="runs/demo", help="run directory (replaced)")
-    parser.add_argument("--time", default="11m", help="training wall-time budget, e.g. 11m or 30m")
+    parser.add_argument("--budget", default="15m", help="total wall time, setup to scores, e.g. 15m or 30m")
+    parser.add_argument("--started-at", type=float, help="when the budget began, in epoch seconds (default: now)")
+    parser.add_argument("--time", help="train exactly this long (e.g. 11m) instead of what the budget leaves")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--examples", type=int, default=5, help="test verses to show")
     args = parser.parse_args(argv)
@@ -48,24 +74,35 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from transformer.budget import TimeBudget, estimate_after_training
     from transformer.checkpoint import load_for_inference
-    from transformer.config import load_config
-    from transformer.data import load_pairs
+    from transformer.config import load_config, parse_duration
+    from transformer.data import load_pairs, prepare_data
     from transformer.evaluation import corpus_scores
     from transformer.trainer import Trainer
     from transformer.translator import Translator
 
-    overrides = [f"train.out_dir={args.out}", f"train.max_time={args.time}", *args.overrides]
-    config = load_config(args.config, overrides)
+    budget = TimeBudget(total=parse_duration(args.budget), started=args.started_at or time.time())
+    config = load_config(args.config, [f"train.out_dir={args.out}", *args.overrides])
     shutil.rmtree(args.out, ignore_errors=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    start = time.time()
 
-    _banner(f"1-2. SentencePiece vocabulary and training ({args.time} budget, {device})")
+    _banner(f"1. SentencePiece vocabulary and data ({budget.describe()}, {device})")
+    data = prepare_data(config)
+    if "test" not in data.splits:
+        raise UserError(f"{args.config} has no data.test split to score the demo on")
+    probe = _seconds_per_sentence(config, data, device)
+    valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
+    valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
+    after = estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
+    seconds = parse_duration(args.time) if args.time else budget.training_seconds(after=after)
+    config = config.replace("train", max_time=f"{seconds:.1f}s")
+
+    _banner(f"2. Training for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)")
     result = Trainer(config).run()
     print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
 
-    _banner(f"3. Translating the held-out test books (beam {config.decode.beam_size})")
+    _banner(f"3. Translating the held-out test books (beam {config.decode.beam_size}; {budget.describe()})")
     model, tokenizer, config = load_for_inference(Path(args.out) / "checkpoint_last.pt", device)
     sources, references = load_pairs(config.data.test, config.data)
     translator = Translator(model, tokenizer, config.decode, device=device)
@@ -73,14 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     (Path(args.out) / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
 
-    _banner(f"4. Scores on {len(sources)} test verses")
+    _banner(f"4. Scores on {len(sources)} test verses ({budget.describe()})")
     scores = corpus_scores(hypotheses, references)
     print(f"BLEU {scores['bleu']:.1f}  {scores['bleu_signature']}")
     print(f"chrF {scores['chrf']:.1f}  {scores['chrf_signature']}")
     summary = {**scores, "updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
-               "total_minutes": (time.time() - start) / 60, "device": device}  # fmt: skip
+               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60,
+               "device": device}  # fmt: skip
     (Path(args.out) / "scores.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"total {summary['total_minutes']:.1f} min; hypotheses, scores.json and curves.png in {args.out}")
+    since = "setup included" if args.started_at else "since this script started"
+    print(
+        f"total {summary['total_minutes']:.1f} min of the {args.budget} budget ({since}); hypotheses, scores.json "
+        f"and curves.png in {args.out}"
+    )
     return 0
 
 

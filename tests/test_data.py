@@ -174,5 +174,16 @@ def test_shipped_configs_by_name():
     config = load_config("tiny")
     assert Path(config.data.train.tsv) == shipped_configs_dir().parent / "data/bible-es-en/dev.tsv.xz"
     assert Path(config.data.train.tsv).is_file()
-    with pytest.raises(UserError, match="shipped configs by name: base, bible_es_en, big, demo, tiny"):
+    names = "base, bible_es_en, bible_es_en_paper, big, demo, tiny"
+    with pytest.raises(UserError, match=f"shipped configs by name: {names}"):
         load_config("nonexistent")
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.glob("configs/*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_config_loads_and_its_local_files_exist(path):
+    """Each config in configs/ loads, and every plain-file split it names (resolved against configs/) exists."""
+    config = load_config(path)
+    for name in ("train", "valid", "test"):
+        split = getattr(config.data, name)
+        for file in (split.tsv, split.src, split.tgt) if split is not None else ():
+            assert file is None or Path(file).is_file(), f"{path.name}: data.{name} names a missing file {file}"

@@ -22,14 +22,15 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path):
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    for stage in ("1-2. SentencePiece vocabulary and training", "3. Translating the held-out test books",
-                  "4. Scores on 40 test verses"):  # fmt: skip
+    for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left", "2. Training for 0.1 min",
+                  "3. Translating the held-out test books", "4. Scores on 40 test verses"):  # fmt: skip
         assert stage in result.stdout
+    assert "min left)" in result.stdout.split("3. Translating")[1].splitlines()[0]  # each header: the budget left
     assert "training" in result.stderr and "SentencePiece" in result.stderr  # the tokenizer and the progress
     assert "es  | " in result.stdout and "ref | " in result.stdout and "mt  | " in result.stdout
     assert "BLEU" in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
     scores = json.loads((out / "scores.json").read_text())
-    assert scores["reason"] == "max_time" and 0 <= scores["bleu"] <= 100
+    assert scores["reason"] == "max_time" and 0 <= scores["bleu"] <= 100 and scores["budget_minutes"] == 15
     assert len((out / "test.hyp").read_text().splitlines()) == 40
     assert {"checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
 

@@ -1,7 +1,6 @@
 """The training driver: data, model, optimizer and devices wired around `training.train_update`, with
-validation, early stopping, checkpoints, exact resume, signals and progress.
-
-One process per device; under `torchrun` the processes form a DDP group and rank 0 alone logs and writes.
+validation, early stopping, checkpoints, exact resume, signals and progress. One process per device; under
+`torchrun` the processes form a DDP group and rank 0 alone logs and writes.
 """
 
 from __future__ import annotations
@@ -204,19 +203,20 @@ class Trainer:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handler)
 
-    def run(self) -> dict[str, Any]:
-        """Train; the run directory is locked (train.lock) meanwhile, so a second run on it is refused."""
+    def run(self, *, final_validation: bool = True) -> dict[str, Any]:
+        """Train until a stop condition, holding the run directory's lock (train.lock). `final_validation=False`: no
+        off-schedule validation at the end (a run continued in pieces validates as an uninterrupted one would)."""
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             if not self.is_main:
-                return self._run()
+                return self._run(final_validation)
             with RunLock(self.out_dir):
-                return self._run()
+                return self._run(final_validation)
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self, final_validation: bool) -> dict[str, Any]:
         cfg = self.train_cfg
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -235,7 +235,7 @@ class Trainer:
         with logging_redirect_tqdm(), bar:
             reason = self._train_loop(bar, max_time)
         log.info("stopping at update %d: %s", self.step, reason)
-        if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
+        if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
         self.save(reason)
         final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed(),

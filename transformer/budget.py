@@ -1,0 +1,74 @@
+"""A wall-time budget for a whole run, setup to scores: how much is left, and how long training may take.
+
+`make demo` promises to finish within its budget (15 minutes) counted from before `make setup`: setup, data
+preparation, training and scoring together. Training is the stretchable part, so it gets what is left once the
+work that follows it (the final validation, loading the checkpoint, beam search over the test split, scoring) has
+been estimated (beam search timed on a sample of the test split, on this machine, now) and set aside.
+
+    budget = TimeBudget(total=900.0, started=start_of_make_demo)
+    seconds = budget.training_seconds(after=estimate_after_training(1635, probe_seconds_per_sentence=0.06))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# What follows training in `make demo`: the trainer's final validation (loss on the dev books, greedy BLEU on a
+# sample of them), saving, loading, beam search over the test split, scoring. Beam search dominates, and its speed
+# depends on the machine and on how busy others keep it (on a 2-core machine shared with two other training runs
+# the demo trained ten times slower than on an idle one, docs/benchmarks.md), so it is measured, not assumed: the
+# demo times beam search with the untrained model over a sample of test sentences before training. An untrained
+# model never ends a sentence early, so that rate is scaled by TRAINED_RATIO, measured on the same busy machine on
+# 2026-11-23: 0.62 s per sentence for the untrained probe, 0.17 s per sentence for the whole test split decoded by
+# the demo model after its (short) training; 0.27 rounded up.
+TRAINED_RATIO = 0.3  # beam-search time per sentence of a trained model / of the untrained probe
+AFTER_TRAINING_FIXED_S = 10.0  # checkpoint save and load, plotting, the validation loss pass
+SAFETY_FACTOR = 1.5  # the load may grow while training runs; 1.25 left a busy run 0.4 min over (benchmarks)
+MIN_TRAINING_S = 60.0  # train at least this long even when the budget is already spent
+
+
+def estimate_after_training(
+    test_sentences: int,
+    *,
+    probe_seconds_per_sentence: float,
+    valid_sentences: int = 0,
+    trained_ratio: float = TRAINED_RATIO,
+    fixed: float = AFTER_TRAINING_FIXED_S,
+    factor: float = SAFETY_FACTOR,
+) -> float:
+    """Seconds to set aside after training:
+    factor * (fixed + probe_seconds_per_sentence * trained_ratio * (test_sentences + valid_sentences)).
+
+    `probe_seconds_per_sentence` is measured now, on this machine (beam search by the untrained model over a sample
+    of the test split); the validation's greedy decoding is counted at the beam-search rate, an overestimate.
+    """
+    return factor * (fixed + probe_seconds_per_sentence * trained_ratio * (test_sentences + valid_sentences))
+
+
+@dataclass
+class TimeBudget:
+    """`total` seconds from the clock reading `started`; `clock` is injectable so tests need no real time."""
+
+    total: float  # seconds for everything, counted from `started`
+    started: float  # clock reading at the start (e.g. before `make setup`)
+    clock: Callable[[], float] = field(default=time.time)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def left(self) -> float:
+        """Seconds left, never below zero."""
+        return max(self.total - self.elapsed(), 0.0)
+
+    def training_seconds(self, *, after: float, minimum: float = MIN_TRAINING_S) -> float:
+        """What training may take: the time left less `after` (what follows training), at least `minimum`."""
+        return max(self.left() - after, minimum)
+
+    def describe(self) -> str:
+        """'12.3 of 15.0 min left' (or '... overrun by 0.4 min' once past the budget)."""
+        over = self.elapsed() - self.total
+        if over > 0:
+            return f"{self.total / 60:.1f}-min budget overrun by {over / 60:.1f} min"
+        return f"{self.left() / 60:.1f} of {self.total / 60:.1f} min left"
