@@ -64,13 +64,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions"):
             _require(getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}")
-        _require(
-            self.d_model % self.n_heads == 0,
-            f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})",
-        )
+        divides = f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+        _require(self.d_model % self.n_heads == 0, divides)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            _require(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value}")
+            _require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         _require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
 
@@ -175,16 +172,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
             _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
-        for name in (
-            "warmup_steps",
-            "max_steps",
-            "max_epochs",
-            "valid_every",
-            "save_every",
-            "patience",
-            "threads",
-            "accumulation",
-        ):
+        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
+                     "accumulation"):  # fmt: skip
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
         _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
@@ -237,10 +226,8 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self) -> None:
-        _require(
-            not self.model.share_embeddings or self.data.joint_vocab,
-            "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)",
-        )
+        one_vocabulary = "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)"
+        _require(not self.model.share_embeddings or self.data.joint_vocab, one_vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -306,9 +293,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        _require(
-            isinstance(value, (int, float)) and not isinstance(value, bool), f"{where} must be a number, got {value!r}"
-        )
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        _require(number, f"{where} must be a number, got {value!r}")
         return float(value)
     if tp is int:
         _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
@@ -385,12 +371,10 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
     if isinstance(tree.get("data"), dict):
         for name in ("train", "valid", "test"):
             resolve_split_paths(tree["data"].get(name), path.parent, path)
-    base = tree.pop("base", None)
-    if base is None:
+    if (base := tree.pop("base", None)) is None:
         return tree
     _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")
-    base_path = path.parent / base if (path.parent / base).is_file() else base
-    chain = (*_children, path.resolve())
+    base_path, chain = path.parent / base if (path.parent / base).is_file() else base, (*_children, path.resolve())
     _require(find_config(base_path).resolve() not in chain, f"{path}: base {base} makes a cycle of base files")
     return _merge(_read_yaml(base_path, chain), tree)
 
