@@ -48,13 +48,17 @@ def test_feed_forward_is_two_linear_maps_around_the_activation(activation, fn):
     torch.testing.assert_close(ff(x[:, 2:3]), expected[:, 2:3])  # each position alone
 
 
+def _padded_mask(length: int, row: int, real: int) -> torch.Tensor:
+    """(2, 1, 1, S) bool for two source sentences of S = `length` tokens, of which `row` has only `real`."""
+    src = random_tokens(2, length)
+    src[row, real:] = PAD
+    return make_pad_mask(src, PAD)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_wires_the_residuals(norm_first):
     """Post-LN: LN(x + Sublayer(x)) after each sub-layer; pre-LN: x + Sublayer(LN(x))."""
-    layer = _layer(EncoderLayer, norm_first)
-    src = random_tokens(2, 6)
-    src[1, 4:] = PAD
-    mask = make_pad_mask(src, PAD)
+    layer, mask = _layer(EncoderLayer, norm_first), _padded_mask(6, row=1, real=4)
     x = torch.randn(2, 6, 16, dtype=torch.float64)
 
     def block(h, norm, sublayer):
@@ -69,10 +73,7 @@ def test_encoder_layer_wires_the_residuals(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_step_equals_its_full_forward(norm_first):
     """Position by position with the layer's cache equals the teacher-forced forward under the causal mask."""
-    layer = _layer(DecoderLayer, norm_first)
-    src = random_tokens(2, 7)
-    src[0, 5:] = PAD
-    mask = make_pad_mask(src, PAD)
+    layer, mask = _layer(DecoderLayer, norm_first), _padded_mask(7, row=0, real=5)
     memory, x = torch.randn(2, 7, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)  # S != T
     with torch.no_grad():
         full = layer(x, memory, mask)  # (B, T, D)

@@ -9,6 +9,7 @@ A thin layer over `translator.Translator` (the streaming engine behind transform
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
 checkpoint's `decode` section; keyword arguments replace fields of `DecodeConfig` (beam_size, alpha,
 length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as the config is.
+`precision` (default: the checkpoint's `decode.precision`) follows the one rule of precision.py.
 `int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization.
 """
 

@@ -214,6 +214,15 @@ def _translation_languages(ds: Any, where: str) -> list[str]:
     return list(languages)
 
 
+def _first_examples(ds: Any, split: SplitConfig, where: str) -> Any:
+    """The dataset's first `split.max_examples` rows (all without it); an empty one is a `UserError`."""
+    if split.max_examples is not None:
+        ds = ds.select(range(min(split.max_examples, len(ds))))
+    if len(ds) == 0:
+        raise UserError(f"{where} is empty: no sentence pairs to read")
+    return ds
+
+
 def _read_columns(ds: Any, split: SplitConfig, where: str) -> tuple[list[str], list[str]]:
     """Source and target from two flat text columns (`columns: [source, target]`)."""
     missing = [c for c in split.columns if c not in ds.column_names]
@@ -222,10 +231,7 @@ def _read_columns(ds: Any, split: SplitConfig, where: str) -> tuple[list[str], l
             f"{where} has no column {', '.join(map(repr, missing))} (columns: {', '.join(ds.column_names)}); "
             "set columns: [source column, target column]"
         )
-    if split.max_examples is not None:
-        ds = ds.select(range(min(split.max_examples, len(ds))))
-    if len(ds) == 0:
-        raise UserError(f"{where} is empty: no sentence pairs to read")
+    ds = _first_examples(ds, split, where)
     table = ds.select_columns(list(split.columns)).with_format("arrow")[:]
     src, tgt = (table.column(c).to_pylist() for c in split.columns)
     return [str(t or "").strip() for t in src], [str(t or "").strip() for t in tgt]
@@ -243,10 +249,7 @@ def _read_dataset(split: SplitConfig, data: DataConfig) -> tuple[list[str], list
                 f"{where}: language '{lang}' is not in its translation column (it has {', '.join(languages)}); "
                 "set data.src_lang and data.tgt_lang to those keys"
             )
-    if split.max_examples is not None:
-        ds = ds.select(range(min(split.max_examples, len(ds))))
-    if len(ds) == 0:
-        raise UserError(f"{where} is empty: no sentence pairs to read")
+    ds = _first_examples(ds, split, where)
     flat = ds.select_columns(["translation"]).flatten().with_format("arrow")  # arrow: 100x faster than rows
     src = [(t or "").strip() for t in flat[f"translation.{data.src_lang}"].to_pylist()]
     tgt = [(t or "").strip() for t in flat[f"translation.{data.tgt_lang}"].to_pylist()]
