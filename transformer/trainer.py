@@ -239,8 +239,9 @@ class Trainer:
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", enabled=cfg.tensorboard and self.is_main)
         bar = training_bar(max_steps=cfg.max_steps, max_time=max_time, step=self.step, elapsed=self.elapsed(),
                            enabled=self.progress)  # fmt: skip
-        with logging_redirect_tqdm(), bar:
-            reason = self._train_loop(bar, max_time)
+        self.sampler_trained = self.sampler.state_dict()  # from here on the prefetcher's thread moves the sampler
+        with logging_redirect_tqdm(), bar, Prefetcher(self._batches(), self.device, depth=cfg.prefetch) as batches:
+            reason = self._train_loop(batches, bar, max_time)
         self._settle()
         log.info("stopping at update %d: %s", self.step, reason)
         if reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
@@ -254,13 +255,8 @@ class Trainer:
         barrier()
         return final
 
-    def _train_loop(self, bar: tqdm, max_time: float) -> str:
+    def _train_loop(self, batches: Prefetcher, bar: tqdm, max_time: float) -> str:
         """Updates until a stop condition; returns its reason."""
-        self.sampler_trained = self.sampler.state_dict()  # from here on the prefetcher's thread moves the sampler
-        with Prefetcher(self._batches(), self.device, depth=self.train_cfg.prefetch) as batches:
-            return self._updates(batches, bar, max_time)
-
-    def _updates(self, batches: Prefetcher, bar: tqdm, max_time: float) -> str:
         cfg = self.train_cfg
         last_save, nonfinite, window = time.time(), 0, StatsWindow()
         first_step = self.step + 1
