@@ -146,6 +146,7 @@ class TrainConfig:
     compile: bool = False  # wrap the model in torch.compile
     fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
     length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
+    prefetch: int = 2  # micro-batches collated (on CUDA also pinned and copied) ahead on a thread (0 = none)
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
     max_steps: int = 100_000  # stop after this many updates (0 = no limit)
     max_epochs: int = 0  # stop after this many epochs (0 = no limit)
@@ -176,6 +177,7 @@ class TrainConfig:
             "patience",
             "threads",
             "accumulation",
+            "prefetch",
         ):
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
