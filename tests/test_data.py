@@ -386,7 +386,9 @@ def test_shipped_configs_by_name():
     config = load_config("tiny")
     assert Path(config.data.train.tsv) == shipped_configs_dir().parent / "data/bible-es-en/dev.tsv.xz"
     assert Path(config.data.train.tsv).is_file()
-    with pytest.raises(UserError, match="shipped configs by name: base, bible_es_en, bible_es_en_paper, big, demo, tiny"):
+    with pytest.raises(
+        UserError, match="shipped configs by name: base, bible_es_en, bible_es_en_paper, big, demo, tiny"
+    ):
         load_config("nonexistent")
 
 
