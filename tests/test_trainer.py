@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,10 @@ def test_validation_lines_never_share_the_progress_bar_line(tmp_path):
 
 
 def test_resume_is_exact(tmp_path):
-    """Stop after update 12 (max_steps), resume to 25: the same per-update losses as one run to 25, bitwise."""
-    assert train_main(_args(tmp_path, "full", "train.max_steps=25")) == 0
+    """Stop after update 12 (max_steps), resume to 25: the same per-update losses as one run to 25, bitwise. The
+    split run prefetches batches (train.prefetch, the default 2) and the full one does not: the checkpoint at 12
+    must hold the sampler position of the batches trained, not of those drawn ahead."""
+    assert train_main(_args(tmp_path, "full", "train.max_steps=25", "train.prefetch=0")) == 0
     assert train_main(_args(tmp_path, "split", "train.max_steps=12")) == 0
     assert train_main(_args(tmp_path, "split", "train.max_steps=25") + ["--resume"]) == 0
     full, split = _losses(tmp_path / "full"), _losses(tmp_path / "split")
@@ -180,8 +183,9 @@ def _config(tmp_path: Path, cache: Path, *overrides: str):
     return load_config(TINY, settings)
 
 
-def _fake_updates(monkeypatch, outcomes):
-    """Replace the update with one that records its learning rate and returns `outcomes(call number)`."""
+def _fake_updates(monkeypatch, outcomes, on_device: bool = False):
+    """Replace the update with one that records its learning rate and returns `outcomes(call number)`, as host
+    values or (on_device) as tensors, which is how `train_update` reports when it decides skips on the device."""
     from transformer import training
 
     calls = []
@@ -189,6 +193,13 @@ def _fake_updates(monkeypatch, outcomes):
     def update(net, micro, optimizer, *, lr, **kwargs):
         calls.append(lr)
         skipped, nonfinite = outcomes(len(calls))
+        if on_device:
+            loss, skipped, nonfinite = (
+                torch.tensor(1.0, dtype=torch.float64),
+                torch.tensor(skipped),
+                torch.tensor(nonfinite),
+            )
+            return training.UpdateStats(loss, loss, 10, torch.tensor(1.0), skipped, nonfinite)
         return training.UpdateStats(1.0, 1.0, 10, 1.0, skipped, nonfinite)
 
     monkeypatch.setattr(training, "train_update", update)
@@ -331,3 +342,107 @@ def test_print_config_prints_the_resolved_config(tmp_path, capsys):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["train"]["lr"] == 1e-3
     assert printed["data"]["train"]["tsv"] == str(ROOT / "data/bible-es-en/dev.tsv.xz")  # against configs/
+
+
+# ------------------------------------------------------- issue 13: prefetching, no host read per update
+
+
+def _prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "batch-prefetch" and t.is_alive()]
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_prefetching_keeps_the_batch_order_and_records_the_trained_position(tmp_path, cache, monkeypatch, depth):
+    """The same micro-batches in the same order with and without the prefetch thread; the checkpoint holds the
+    sampler position after the 10 batches trained (5 updates x 2), not after those drawn ahead; no thread is left."""
+    from transformer import training
+
+    def run(prefetch: int, out: str):
+        seen = []
+
+        def update(net, micro, optimizer, *, lr, **kwargs):
+            seen.append([b.indices for b in micro])
+            return training.UpdateStats(1.0, 1.0, 10, 1.0, False, False)
+
+        monkeypatch.setattr(training, "train_update", update)
+        config = _config(
+            tmp_path / out, cache, "train.max_steps=5", "train.accumulation=2", f"train.prefetch={prefetch}"
+        )
+        trainer = Trainer(config, progress=False)
+        trainer.run()
+        return seen, load_checkpoint(tmp_path / out / "run/checkpoint_last.pt")["sampler"], len(trainer.sampler)
+
+    plain, plain_state, per_epoch = run(0, "plain")
+    ahead, ahead_state, _ = run(depth, "ahead")
+    assert ahead == plain and len(plain) == 5
+    assert plain_state == ahead_state and per_epoch > 10 and ahead_state["position"] == 10
+    assert not _prefetch_threads()
+
+
+def test_no_prefetch_thread_outlives_a_failed_run(tmp_path, cache, monkeypatch):
+    _fake_updates(monkeypatch, lambda n: (True, True))
+    with pytest.raises(UserError, match="not finite for 5 updates in a row"):
+        Trainer(_config(tmp_path, cache, "train.prefetch=4"), progress=False).run()
+    assert not _prefetch_threads()
+    from transformer.prefetch import Prefetcher
+
+    def failing():
+        yield "tag", None
+        raise OSError("the corpus file vanished")
+
+    with Prefetcher(failing(), torch.device("cpu"), depth=2) as batches:
+        assert next(batches) == ("tag", None)  # what came before the error, then the error, in the consumer
+        with pytest.raises(OSError, match="vanished"):
+            next(batches)
+    assert not _prefetch_threads()
+
+
+@pytest.mark.parametrize(("log_every", "rates"), [(1, (1, 2, 2, 2, 3, 4)), (10, (1, 2, 3, 4, 3, 4))])
+def test_device_decided_skips_are_read_where_the_count_matters(tmp_path, cache, monkeypatch, log_every, rates):
+    """Updates 2 and 3 skipped, reported as device tensors. Read at every log line (log_every 1): the schedule of
+    the synced path. Read only at max_steps (4 counted updates): the rate runs ahead by the skips until then, as the
+    docs say; the update count, the checkpoint and the skip count are exact either way."""
+    from transformer import training
+
+    calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), n in (2, 3)), on_device=True)
+    config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0", f"train.log_every={log_every}")
+    result = Trainer(config, progress=False).run()
+    assert calls == [training.learning_rate(s, config.train, config.model) for s in rates]
+    assert result["step"] == 4 and result["skipped"] == 2
+    state = load_checkpoint(tmp_path / "run/checkpoint_last.pt")
+    assert state["step"] == 4 and state["progress"]["skipped"] == 2
+
+
+def test_device_decided_nan_patience_aborts_at_the_next_log_line(tmp_path, cache, monkeypatch, capsys):
+    """Non-finite from update 2 on, patience 3, read every 4 updates: the abort comes at the read after update 4
+    (3 in a row by then), and names the run of non-finite updates it found."""
+    calls = _fake_updates(monkeypatch, lambda n: (n > 1, n > 1), on_device=True)
+    code = train_main(_args(tmp_path, "run", f"data.cache_dir={cache}", "train.nan_patience=3", "train.valid_every=0",
+                            "train.log_every=4"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "were not finite for 3 updates in a row (after update 1)" in err, err
+    assert len(calls) == 4 and not _prefetch_threads()
+
+
+def test_a_run_deciding_skips_on_the_device_equals_the_synced_run(tmp_path, cache, monkeypatch):
+    """make_optimizer's CUDA optimizer (fused Adam) on the CPU, with dropout: the device path (no host read per
+    update) and the synced path give the same logged losses and the same weights, bit for bit."""
+    from transformer import training
+
+    def fused(model, train):
+        return torch.optim.Adam(model.parameters(), lr=0.0, betas=train.adam_betas, eps=train.adam_eps, fused=True)
+
+    try:
+        fused(torch.nn.Linear(1, 1), load_config(TINY).train)
+    except (RuntimeError, TypeError) as exc:
+        pytest.skip(f"no fused Adam on the CPU in this torch: {exc}")
+    monkeypatch.setattr(training, "make_optimizer", fused)
+    common = ["train.max_steps=6", "train.log_every=2"]
+    assert train_main(_args(tmp_path, "device", f"data.cache_dir={cache}", *common)) == 0
+    monkeypatch.setattr(training, "skips_on_device", lambda *args: False)
+    assert train_main(_args(tmp_path, "synced", f"data.cache_dir={cache}", *common)) == 0
+    device, synced = _losses(tmp_path / "device"), _losses(tmp_path / "synced")
+    assert sorted(device) == [2, 4, 6] and device == synced
+    a = load_checkpoint(tmp_path / "device/checkpoint_last.pt")["model"]
+    b = load_checkpoint(tmp_path / "synced/checkpoint_last.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -157,3 +158,72 @@ def test_update_size_warning():
     assert "lower train.max_tokens to about 3,657" in warning  # 8192 * 25000 / 56000
     assert training.update_size_warning(25000, 4096, 3000, world_size=1, accumulation=8) is None
     assert training.update_size_warning(25000, 8192, 7000, world_size=4, accumulation=1) is None  # 28k: close
+
+
+# ------------------------------------------------------------ issue 13: no host-device sync per update
+
+
+def _fused_adam(model: torch.nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
+    """make_optimizer's CUDA optimizer (fused Adam), here on the CPU where torch has the fused kernel."""
+    try:
+        return torch.optim.Adam(model.parameters(), lr=0.0, betas=train.adam_betas, eps=train.adam_eps, fused=True)
+    except (RuntimeError, TypeError) as exc:  # an older torch without the CPU kernel
+        pytest.skip(f"no fused Adam on the CPU: {exc}")
+
+
+class _NoHostReads:
+    """Fails the test on any read of a tensor's value by the host (`.item()`, `float()`, `bool()`, `.tolist()`)."""
+
+    def __enter__(self):
+        self.saved = {name: getattr(torch.Tensor, name) for name in ("item", "__float__", "__bool__", "tolist")}
+        for name in self.saved:
+            setattr(torch.Tensor, name, lambda *args, name=name: pytest.fail(f"host read: Tensor.{name}"))
+
+    def __exit__(self, *exc):
+        for name, method in self.saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def test_device_skip_equals_the_synced_update_bitwise(monkeypatch):
+    """Five updates, the third with a NaN gradient: deciding the skip on the device (fused Adam's found_inf) leaves
+    the same parameters and Adam state, bit for bit, as the host-side decision (`_apply_update`, the code before
+    issue 13), and the device path reads nothing on the host."""
+    train = TrainConfig(label_smoothing=0.1, clip_norm=1.0)
+    data = random_task(5, seed=4)
+
+    def run(on_device: bool):
+        model = tiny_model().train()
+        optimizer = _fused_adam(model, train)
+        poison = model.encoder.layers[0].ff.linear1.weight
+        history = []
+        for n, batch in enumerate(data, 1):
+            hook = poison.register_hook(lambda grad: grad * float("nan")) if n == 3 else None
+            with monkeypatch.context() as m:
+                m.setattr(training, "skips_on_device", lambda *args: on_device)
+                guard = _NoHostReads() if on_device else contextlib.nullcontext()
+                with guard:
+                    stats = training.train_update(model, [batch], optimizer, lr=1e-3 * n, train=train,
+                                                  precision="fp32", scaler=None, pad_id=PAD)  # fmt: skip
+            if hook is not None:
+                hook.remove()
+            history.append((float(stats.loss), float(stats.grad_norm), bool(stats.skipped), bool(stats.nonfinite)))
+        return model, optimizer, history
+
+    device_model, device_opt, device_history = run(True)
+    synced_model, synced_opt, synced_history = run(False)
+    assert [h[2:] for h in device_history] == [(False, False)] * 2 + [(True, True)] + [(False, False)] * 2
+    for (loss, norm, *_), (loss_ref, norm_ref, *_) in zip(device_history, synced_history):
+        assert loss == loss_ref and (norm == norm_ref or math.isnan(norm) and math.isnan(norm_ref))
+    for (name, p), q in zip(device_model.named_parameters(), synced_model.parameters()):
+        assert torch.equal(p, q), name
+    for p, q in zip(device_model.parameters(), synced_model.parameters()):
+        a, b = device_opt.state[p], synced_opt.state[q]
+        assert all(torch.equal(a[k], b[k]) for k in ("step", "exp_avg", "exp_avg_sq")) and float(a["step"]) == 4
+
+
+def test_only_a_fused_adam_without_scaler_skips_on_the_device():
+    model, train = tiny_model(), TrainConfig()
+    assert not training.skips_on_device(training.make_optimizer(model, train), None)  # unfused on the CPU
+    fused = _fused_adam(model, train)
+    assert training.skips_on_device(fused, None)
+    assert not training.skips_on_device(fused, torch.amp.GradScaler("cpu", enabled=False))

@@ -151,6 +151,7 @@ class TrainConfig:
     compile: bool = False  # wrap the model in torch.compile
     fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
     length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
+    prefetch: int = 2  # micro-batches collated (on CUDA also pinned and copied) ahead on a thread (0 = none)
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
     max_steps: int = 100_000  # stop after this many updates (0 = no limit)
     max_epochs: int = 0  # stop after this many epochs (0 = no limit)
@@ -173,7 +174,7 @@ class TrainConfig:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
             _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
         for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
-                     "accumulation"):  # fmt: skip
+                     "accumulation", "prefetch"):  # fmt: skip
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
         _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")

@@ -36,6 +36,8 @@ from transformer.errors import UserError
 from transformer.feedback import TensorBoardLog, advance, training_bar
 from transformer.fileio import RunLock
 from transformer.plotting import plot_run
+from transformer.prefetch import Prefetcher
+from transformer.stats_window import PendingSkips, StatsWindow
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,8 @@ class Trainer:
         self.optimizer = training.make_optimizer(self.model, self.train_cfg)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.step, self.best, self.bad_validations, self.skipped = 0, None, 0, 0
+        self.pending = PendingSkips()  # skip flags decided on the device, not read yet (stats_window)
+        self.sampler_trained: dict | None = None  # the sampler's state after the last batch trained
         self.start_time, self.elapsed_before = time.time(), 0.0
         if resume:
             self._resume(self.out_dir / "checkpoint_last.pt" if resume is True else Path(resume))
@@ -130,10 +134,11 @@ class Trainer:
 
     def state(self) -> dict[str, Any]:
         rng = rng_states(self.world)  # a collective: every rank calls state() (through save())
+        sampler = self.sampler_trained or self.sampler.state_dict()  # not the position of batches drawn ahead
         return model_state(
-            self.model, self.config, self.tokenizer, step=self.step, epoch=self.sampler.epoch,
+            self.model, self.config, self.tokenizer, step=self.step, epoch=sampler["epoch"],
             optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict() if self.scaler else None,
-            sampler=self.sampler.state_dict(), rng=rng[0], rng_ranks=rng,
+            sampler=sampler, rng=rng[0], rng_ranks=rng,
             progress={"best": self.best, "bad_validations": self.bad_validations, "elapsed": self.elapsed(),
                       "skipped": self.skipped},
         )  # fmt: skip
@@ -166,6 +171,7 @@ class Trainer:
 
     def save(self, reason: str) -> None:
         """checkpoint_<step>.pt (full state), checkpoint_last.pt linked to it; keep the last `keep_last`."""
+        self._settle()
         state = self.state()
         if not self.is_main:
             return
@@ -187,14 +193,15 @@ class Trainer:
         return self.elapsed_before + time.time() - self.start_time
 
     def _batches(self) -> Iterator:
-        """Batches on the device, epoch after epoch, until max_epochs."""
+        """(sampler state after the batch, host batch), epoch after epoch, until max_epochs; run by `Prefetcher`,
+        on its thread when train.prefetch > 0."""
         from transformer.batching import collate
 
         split = self.data.splits["train"]
         max_epochs = self.train_cfg.max_epochs
         while not max_epochs or self.sampler.epoch < max_epochs:
             for indices in self.sampler:
-                yield collate(split, indices, bucket=self.train_cfg.length_buckets).to(self.device, non_blocking=True)
+                yield self.sampler.state_dict(), collate(split, indices, bucket=self.train_cfg.length_buckets)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum, frame):
@@ -232,8 +239,10 @@ class Trainer:
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", enabled=cfg.tensorboard and self.is_main)
         bar = training_bar(max_steps=cfg.max_steps, max_time=max_time, step=self.step, elapsed=self.elapsed(),
                            enabled=self.progress)  # fmt: skip
-        with logging_redirect_tqdm(), bar:
-            reason = self._train_loop(bar, max_time)
+        self.sampler_trained = self.sampler.state_dict()  # from here on the prefetcher's thread moves the sampler
+        with logging_redirect_tqdm(), bar, Prefetcher(self._batches(), self.device, depth=cfg.prefetch) as batches:
+            reason = self._train_loop(batches, bar, max_time)
+        self._settle()
         log.info("stopping at update %d: %s", self.step, reason)
         if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
@@ -246,34 +255,37 @@ class Trainer:
         barrier()
         return final
 
-    def _train_loop(self, bar: tqdm, max_time: float) -> str:
+    def _train_loop(self, batches: Prefetcher, bar: tqdm, max_time: float) -> str:
         """Updates until a stop condition; returns its reason."""
         cfg = self.train_cfg
-        batches, last_save, nonfinite, window = self._batches(), time.time(), 0, _Window()
+        last_save, nonfinite, window = time.time(), 0, StatsWindow()
         first_step = self.step + 1
         self.net.train()
         reason = None
         while reason is None:
-            micro = [b for _, b in zip(range(self.accumulation), batches)]
-            if not micro:
+            drawn = [item for _, item in zip(range(self.accumulation), batches)]
+            if not drawn:  # the source is exhausted (the thread is done with the sampler): its final state
+                self.sampler_trained = self.sampler.state_dict()
                 return "max_epochs"
+            micro = [batch for _, batch in drawn]
             stats = training.train_update(
                 self.net, micro, self.optimizer, lr=training.learning_rate(self.step + 1, cfg, self.config.model),
                 train=cfg, precision=self.precision, scaler=self.scaler, pad_id=self.pad_id,
             )  # fmt: skip
-            nonfinite = nonfinite + 1 if stats.nonfinite else 0
-            if nonfinite >= cfg.nan_patience:
-                raise UserError(
-                    f"the loss or the gradients were not finite for {nonfinite} updates in a row (after update "
-                    f"{self.step}): lower the learning rate or lengthen the warmup, clip gradients (train.clip_norm), "
-                    "or use bf16 instead of fp16"
-                )
+            self.sampler_trained = drawn[-1][0]
             window.add(stats)
-            if stats.skipped:  # the schedule, max_steps and the step count advance on applied updates only
-                self.skipped += 1
+            if stats.on_device:  # counted as applied until read (stats_window); read where the count matters
+                self.pending.add(stats)
+                self.step += 1
+                applied = not self._settle() if self._due() else True
+            else:
+                nonfinite = nonfinite + 1 if stats.nonfinite else 0
+                self._check_nan_patience(nonfinite)
+                applied = not stats.skipped
+                self.step, self.skipped = self.step + applied, self.skipped + (not applied)
+            if not applied:  # the schedule, max_steps and the step count advance on applied updates only
                 reason = self._stop_reason(max_time)
                 continue
-            self.step += 1
             if self.step == first_step:  # start-up cost (docs/benchmarks.md): data, model, the first update
                 log.info("first update done %.1f s after the trainer started", time.perf_counter() - self.created)
             if self.step % cfg.log_every == 0:
@@ -289,6 +301,28 @@ class Trainer:
                 self.save("scheduled")
                 last_save = time.time()
         return reason
+
+    def _due(self) -> bool:
+        """Does something happen at this update count (a log line, validation, checkpoint, max_steps)?"""
+        cfg, step = self.train_cfg, self.step
+        every = (cfg.log_every, cfg.valid_every, cfg.save_every)
+        return any(n and step % n == 0 for n in every) or bool(cfg.max_steps and step >= cfg.max_steps)
+
+    def _settle(self) -> bool:
+        """Read the device-decided skips (one sync): take them off the update count, apply nan_patience; True when
+        the latest update was skipped."""
+        skipped, last, worst = self.pending.read()
+        self.step, self.skipped = self.step - skipped, self.skipped + skipped
+        self._check_nan_patience(worst)
+        return last
+
+    def _check_nan_patience(self, nonfinite: int) -> None:
+        if nonfinite >= self.train_cfg.nan_patience:
+            raise UserError(
+                f"the loss or the gradients were not finite for {nonfinite} updates in a row (after update "
+                f"{self.step}): lower the learning rate or lengthen the warmup, clip gradients (train.clip_norm), "
+                "or use bf16 instead of fp16"
+            )
 
     def _stop_reason(self, max_time: float) -> str | None:
         reason = None
@@ -310,7 +344,7 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
             self.tensorboard.log(record)
 
-    def _log_train(self, window: _Window, bar: tqdm) -> None:
+    def _log_train(self, window: StatsWindow, bar: tqdm) -> None:
         record = {"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
                   "elapsed": round(self.elapsed(), 2)}  # fmt: skip
         self._write_metrics(record)
@@ -364,36 +398,3 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
         record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
         model.train()
     return record
-
-
-class _Window:
-    """Running sums between two log lines: loss and nll per token, tokens per update, tokens per second."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.loss = self.nll = 0.0
-        self.tokens = self.updates = self.skipped = 0
-        self.since = time.time()
-
-    def add(self, stats: training.UpdateStats) -> None:
-        if math.isfinite(stats.loss):
-            self.loss += stats.loss * stats.tokens
-            self.nll += stats.nll * stats.tokens
-        self.tokens += stats.tokens
-        self.updates += 1
-        self.skipped += stats.skipped
-
-    def summary(self) -> dict[str, float]:
-        seconds = max(time.time() - self.since, 1e-9)
-        out = {
-            "loss": self.loss / max(self.tokens, 1),
-            "nll": self.nll / max(self.tokens, 1),
-            "wpb": self.tokens / max(self.updates, 1),
-            "tok_s": self.tokens / seconds,
-            "skipped": self.skipped,
-        }
-        out["ppl"] = math.exp(min(out["nll"], 50.0))
-        self.reset()
-        return out

@@ -104,12 +104,27 @@ def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimize
 
 @dataclass
 class UpdateStats:
-    loss: float  # label-smoothed loss per target token
-    nll: float  # negative log-likelihood per target token (log of the perplexity)
+    """What one update did. On the synced path plain floats and bools; where the skip is decided on the device
+    (`skips_on_device`), () tensors on the device that nothing reads until the trainer logs (`on_device`)."""
+
+    loss: float | torch.Tensor  # label-smoothed loss per target token
+    nll: float | torch.Tensor  # negative log-likelihood per target token (log of the perplexity)
     tokens: int  # target tokens in the update, over all micro-batches and devices
-    grad_norm: float  # global gradient norm before clipping (nan when the step was skipped)
-    skipped: bool  # fp16 overflow, or a non-finite loss or gradient: no parameter change
-    nonfinite: bool = False  # a non-finite loss, or a non-finite gradient without a GradScaler (nan_patience)
+    grad_norm: float | torch.Tensor  # global gradient norm before clipping (nan when the step was skipped)
+    skipped: bool | torch.Tensor  # fp16 overflow, or a non-finite loss or gradient: no parameter change
+    nonfinite: bool | torch.Tensor = False  # a non-finite loss, or a non-finite gradient without a GradScaler
+
+    @property
+    def on_device(self) -> bool:
+        return isinstance(self.skipped, torch.Tensor)
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> bool:
+    """True when the update can skip a non-finite step without the host reading anything: a fused Adam/AdamW
+    (`make_optimizer` on CUDA) takes `found_inf` and then leaves weights, moments and step count as they were.
+    Otherwise (a GradScaler, whose bookkeeping reads the scale; an unfused optimizer) the host decides."""
+    fused = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and optimizer.defaults.get("fused")
+    return scaler is None and bool(fused)
 
 
 def _sync_context(model: nn.Module, last: bool) -> contextlib.AbstractContextManager:
@@ -143,6 +158,11 @@ def train_update(
     The loss is normalised by the number of target tokens in the whole update, counted over every micro-batch and
     device before the first backward pass, so k micro-batches give the same gradient as one batch holding them all.
     DDP averages gradients over W devices, hence the factor W.
+
+    With a fused Adam/AdamW and no GradScaler (bf16 or fp32 on CUDA) nothing is read on the host: the statistics
+    stay () tensors on the device and the skip of a non-finite update is decided there (`_apply_update_on_device`,
+    the same parameters as the synced path bit for bit, tested). Under DDP the token count is still all-reduced
+    through the host, one small sync per update.
     """
     device = micro_batches[0].src.device
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
@@ -156,6 +176,12 @@ def train_update(
             scaled = loss * (world / total_tokens)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()
+    if skips_on_device(optimizer, scaler):
+        sums = torch.stack([loss_sum, nll_sum]).double()  # (2,) float64, read by nobody until the trainer logs
+        if world > 1:
+            torch.distributed.all_reduce(sums)
+        stats = UpdateStats(sums[0] / total_tokens, sums[1] / total_tokens, int(total_tokens), math.nan, False)
+        return _apply_update_on_device(model, optimizer, lr=lr, train=train, stats=stats)
     loss_total, nll_total = _all_reduce_sum([loss_sum.item(), nll_sum.item()], device)
     stats = UpdateStats(loss_total / total_tokens, nll_total / total_tokens, int(total_tokens), math.nan, False)
     return _apply_update(model, optimizer, lr=lr, train=train, scaler=scaler, stats=stats)
@@ -188,6 +214,26 @@ def _apply_update(model, optimizer, *, lr: float, train: TrainConfig, scaler, st
         stats.skipped = scaler.get_scale() < scale_before  # the scaler skipped the step on inf/nan gradients
     else:
         optimizer.step()
+    return stats
+
+
+def _apply_update_on_device(model, optimizer, *, lr: float, train: TrainConfig, stats: UpdateStats) -> UpdateStats:
+    """Clip and step with no host-device sync: a non-finite loss or gradient norm becomes the optimizer's
+    `found_inf`, on which the fused kernel leaves weights, moments and step count untouched (as `_apply_update`
+    would by not stepping). Clipping still runs on such an update; its NaN gradients are never applied."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    max_norm = train.clip_norm if train.clip_norm > 0 else math.inf
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # () on the device
+    finite_loss = torch.isfinite(stats.loss)
+    nonfinite = ~(finite_loss & torch.isfinite(norm))  # () bool
+    optimizer.found_inf, optimizer.grad_scale = nonfinite.float(), None  # as GradScaler.step hands them over
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf, optimizer.grad_scale
+    stats.grad_norm = torch.where(finite_loss, norm, math.nan)  # nan when the loss was (as `_apply_update`)
+    stats.skipped = stats.nonfinite = nonfinite
     return stats
 
 
