@@ -71,6 +71,12 @@ class ModelConfig:
         _require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
 
+# Kinds of corpus source: kind -> (the fields that name it, its input paths, resolved against the config's folder;
+# `dataset` too with from_disk). A split is exactly one kind; `transformer.corpus.READERS` reads each kind.
+SPLIT_KINDS = {"parallel": (("src", "tgt"), ("src", "tgt")), "tsv": (("tsv",), ("tsv",)),
+               "dataset": (("dataset",), ("data_files",)), "corpora": (("corpora",), ())}  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
     """One split of a corpus: plain parallel files, a TSV file, or a `datasets` source (exactly one kind)."""
@@ -90,15 +96,22 @@ class SplitConfig:
     max_examples: int | None = None  # keep only the first N pairs (for quick runs)
 
     def __post_init__(self) -> None:
-        kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset),
-                                 ("corpora", self.corpora)) if on]  # fmt: skip
-        need = "a data split needs exactly one of src+tgt, tsv, dataset or corpora"
-        _require(len(kinds) == 1, f"{need}, got {kinds or 'none'}")
+        named = ["/".join(SPLIT_KINDS[k][0]) for k in self._kinds()]
+        *kinds, last = ("+".join(names) for names, _ in SPLIT_KINDS.values())
+        need = f"a data split needs exactly one of {', '.join(kinds)} or {last}"
+        _require(len(named) == 1, f"{need}, got {named or 'none'}")
         _require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
         _require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
         _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
         _require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
         _require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
+
+    def _kinds(self) -> list[str]:  # the keys of SPLIT_KINDS whose fields are set: exactly one once validated
+        return [k for k, (names, _) in SPLIT_KINDS.items() if any(getattr(self, n) for n in names)]
+
+    @property
+    def kind(self) -> str:  # which kind of source, a key of SPLIT_KINDS (the YAML has no `kind:` key)
+        return self._kinds()[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +383,9 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
     if isinstance(tree.get("data"), dict):
+        keys = [key for _, paths in SPLIT_KINDS.values() for key in paths]  # every kind's input paths
         for name in ("train", "valid", "test"):
-            resolve_split_paths(tree["data"].get(name), path.parent, path)
+            resolve_split_paths(tree["data"].get(name), path.parent, path, keys)
     if (base := tree.pop("base", None)) is None:
         return tree
     _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")
