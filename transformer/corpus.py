@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer.config import SPLIT_KINDS, DataConfig, SplitConfig
+from transformer.config import DataConfig, SplitConfig
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ def split_identity(split: SplitConfig) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Reader:
-    """One kind of source (a key of `config.SPLIT_KINDS`, which names its fields): how to read its pairs, how to
+    """One kind of source (a key of `SplitConfig.KINDS`, which names its fields): how to read its pairs, how to
     name it, and the local files it reads itself (they key the cache; no command may write over them)."""
 
     read: Callable[[SplitConfig, DataConfig], tuple[list[str], list[str]]]
@@ -356,4 +356,4 @@ READERS: dict[str, Reader] = {
     "dataset": Reader(_read_dataset, _describe, _dataset_files),
     "corpora": Reader(_read_corpora, _describe_corpora, lambda s: []),
 }
-assert READERS.keys() == SPLIT_KINDS.keys(), "every kind of source in config.SPLIT_KINDS needs a reader here"
+assert READERS.keys() == SplitConfig.KINDS.keys(), "every kind in SplitConfig.KINDS needs a reader here"

@@ -1,6 +1,6 @@
 """Where files are: config-relative data paths and the configs shipped with the package.
 
-The rule: relative input paths in a config file (each source kind's, as `config.SPLIT_KINDS` lists them: `src`,
+The rule: relative input paths in a config file (each source kind's, as `SplitConfig.KINDS` lists them: `src`,
 `tgt`, `tsv`, `data_files`; and `dataset` with `from_disk: true`) resolve against the folder of that file, so
 `--config /abs/path/configs/demo.yaml` works from any directory; paths given with `--set` resolve against the
 current directory, as the shell would. Outputs (`data.cache_dir`, `train.out_dir`) stay relative to the current
@@ -56,12 +56,12 @@ def _resolve(value: str, base: Path, config: Path) -> str:
     return resolved
 
 
-def resolve_split_paths(split: Any, base: Path, config: Path, keys: list[str]) -> None:
-    """Rewrite the relative input paths (the fields `keys`) of one split mapping (and its corpora) against `base`,
-    in place."""
+def resolve_split_paths(split: Any, base: Path, config: Path, kinds: dict[str, Any]) -> None:
+    """Rewrite the relative input paths of one split mapping (and its corpora) against `base`, in place; `kinds` is
+    `SplitConfig.KINDS` (kind -> (the fields that name it, its input paths))."""
     if not isinstance(split, dict):
         return
-    for key in keys:
+    for key in dict.fromkeys(key for _, paths in kinds.values() for key in paths):
         value = split.get(key)
         if isinstance(value, str):
             split[key] = _resolve(value, base, config)
@@ -70,4 +70,4 @@ def resolve_split_paths(split: Any, base: Path, config: Path, keys: list[str]) -
     if split.get("from_disk") and isinstance(split.get("dataset"), str):
         split["dataset"] = _resolve(split["dataset"], base, config)
     for corpus in split.get("corpora") or []:
-        resolve_split_paths(corpus, base, config, keys)
+        resolve_split_paths(corpus, base, config, kinds)
