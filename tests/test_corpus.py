@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from transformer.config import ConfigError, DataConfig, SplitConfig, load_config
-from transformer.corpus import load_pairs
+from transformer.corpus import input_files, load_pairs
 from transformer.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +273,25 @@ def test_split_identity_is_unchanged(kind, tmp_path):
     fields, digest = IDENTITIES[kind]
     text = json.dumps(split_identity(_in(tmp_path, fields)), sort_keys=True, default=str)
     assert hashlib.sha256(text.replace(str(tmp_path), "TMP").encode()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize(
+    ("source", "kind"), [("parallel", "parallel"), ("tsv.gz", "tsv"), ("json", "dataset"), ("from_disk", "dataset")]
+)
+def test_kind_is_derived_from_the_fields_set(source, kind, tmp_path):
+    split = make_source(source, tmp_path, *PAIRS)
+    assert split.kind == kind and SplitConfig(corpora=[split]).kind == "corpora"
+
+
+def test_input_files_name_every_local_input_corpora_included(tmp_path):
+    """Evaluate's outputs-are-not-inputs check reads these: each kind's own files, then each corpus's."""
+    tsv, jsonl, saved = (str(tmp_path / n) for n in ("a.tsv", "a.jsonl", "saved"))
+    split = SplitConfig(
+        corpora=[
+            SplitConfig(tsv=tsv),
+            SplitConfig(dataset="json", data_files=[jsonl, "https://host/b.jsonl", "c*.jsonl"]),
+            SplitConfig(corpora=[SplitConfig(src="x.es", tgt="x.en"), SplitConfig(dataset=saved, from_disk=True)]),
+            SplitConfig(dataset="wmt14", config="de-en"),
+        ]
+    )
+    assert input_files(split) == [tsv, jsonl, "x.es", "x.en", saved]
