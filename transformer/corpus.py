@@ -10,7 +10,9 @@ One split of `data:` in the config (a `SplitConfig`) is one of
     {dataset: json, data_files: x.jsonl, columns: [en, de]}   flat text columns instead of `translation`
     {corpora: [{tsv: a.tsv}, {src: b.en, tgt: b.de, weight: 2}]}   several corpora, concatenated
 
-and `load_pairs` turns any of them into two equally long lists of strings. Text files are read here directly
+and `load_pairs` turns any of them into two equally long lists of strings. `SplitConfig.KINDS` names each kind's
+fields; `READERS` (at the end) holds each kind's reader, name and local files, and is the only place that
+dispatches on the kind. Text files are read here directly
 (one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
 quoting in TSV), so that errors can name the file and the line; every source then goes through the same
 process-parallel encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
