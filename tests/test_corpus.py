@@ -5,12 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import os
 from pathlib import Path
 
 import pytest
 
 from transformer.config import ConfigError, DataConfig, SplitConfig, load_config
-from transformer.corpus import load_pairs
+from transformer.corpus import input_files, load_pairs
 from transformer.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,3 +223,75 @@ def test_unreachable_hub_fails_fast_offline(monkeypatch):
     message = _error(SplitConfig(dataset="no-such-owner/no-such-dataset", split="train"))
     assert seen == [True] and constants.HF_HUB_OFFLINE is False  # offline while loading, restored after
     assert "could not load dataset no-such-owner/no-such-dataset" in message and "offline?" in message
+
+
+# The cache identity of a few splits, as `split_identity` wrote it at commit f86f508 (before the source kinds moved
+# into one registry): encoded-data caches are keyed by it, so a change here silently re-encodes every user's corpora.
+# Each digest is sha256 of the identity as JSON (sorted keys, as `transformer.data._hash` writes it), the test folder
+# written as TMP; files get fixed sizes and mtimes so that the digest depends on nothing else.
+IDENTITIES = {
+    "parallel": (dict(src="a.es", tgt="a.en", max_examples=3), "2d81b1620393b822"),
+    "tsv": (dict(tsv="a.tsv", tsv_columns=(1, 0)), "f1ed07e89a1c9200"),
+    "dataset": (
+        dict(dataset="json", data_files=["a.jsonl", "https://x/y.jsonl", "b*.jsonl"], columns=("es", "en")),
+        "792bb4a227413e99",
+    ),  # fmt: skip
+    "hub": (dict(dataset="wmt14", config="de-en", split="validation"), "a8c0dc28a1e69c93"),
+    "from_disk": (dict(dataset="saved", from_disk=True, split="test"), "af41753d1d3a1a3a"),
+    "corpora": (dict(corpora=[dict(tsv="a.tsv"), dict(src="a.es", tgt="a.en", weight=2.5)]), "ef95d7d67c298969"),
+}
+
+
+def _in(folder: Path, fields: dict) -> SplitConfig:
+    def path(value):
+        if isinstance(value, list):
+            return [path(v) for v in value]
+        return str(folder / value) if "/" not in value and "*" not in value else value
+
+    fields = dict(fields)
+    for key in ("src", "tgt", "tsv", "data_files"):
+        if key in fields:
+            fields[key] = path(fields[key])
+    if fields.get("from_disk"):
+        fields["dataset"] = path(fields["dataset"])
+    if "corpora" in fields:
+        fields["corpora"] = [_in(folder, c) for c in fields["corpora"]]
+    return SplitConfig(**fields)
+
+
+@pytest.mark.parametrize("kind", IDENTITIES)
+def test_split_identity_is_unchanged(kind, tmp_path):
+    import hashlib
+
+    from transformer.corpus import split_identity
+
+    (tmp_path / "saved").mkdir()
+    files = {"a.es": "hola\n", "a.en": "hello\n", "a.tsv": "hola\thello\n", "a.jsonl": "{}\n", "saved/d.arrow": "xy"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        os.utime(tmp_path / name, ns=(1_700_000_000_000_000_000,) * 2)
+    fields, digest = IDENTITIES[kind]
+    text = json.dumps(split_identity(_in(tmp_path, fields)), sort_keys=True, default=str)
+    assert hashlib.sha256(text.replace(str(tmp_path), "TMP").encode()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize(
+    ("source", "kind"), [("parallel", "parallel"), ("tsv.gz", "tsv"), ("json", "dataset"), ("from_disk", "dataset")]
+)
+def test_kind_is_derived_from_the_fields_set(source, kind, tmp_path):
+    split = make_source(source, tmp_path, *PAIRS)
+    assert split.kind == kind and SplitConfig(corpora=[split]).kind == "corpora"
+
+
+def test_input_files_name_every_local_input_corpora_included(tmp_path):
+    """Evaluate's outputs-are-not-inputs check reads these: each kind's own files, then each corpus's."""
+    tsv, jsonl, saved = (str(tmp_path / n) for n in ("a.tsv", "a.jsonl", "saved"))
+    split = SplitConfig(
+        corpora=[
+            SplitConfig(tsv=tsv),
+            SplitConfig(dataset="json", data_files=[jsonl, "https://host/b.jsonl", "c*.jsonl"]),
+            SplitConfig(corpora=[SplitConfig(src="x.es", tgt="x.en"), SplitConfig(dataset=saved, from_disk=True)]),
+            SplitConfig(dataset="wmt14", config="de-en"),
+        ]
+    )
+    assert input_files(split) == [tsv, jsonl, "x.es", "x.en", saved]

@@ -183,3 +183,23 @@ def test_interactive_terminal_gets_a_prompt_and_no_bar(tiny):
         os.close(master)
     assert process.returncode == 0 and first.strip() and len(rest.splitlines()) == 1
     assert "type a sentence" in err and err.count("> ") == 3 and "line/s" not in err and "it/s" not in err
+
+
+def test_evaluate_refuses_to_write_over_a_file_of_any_corpus(tmp_path):
+    """The outputs-are-not-inputs check covers every kind's files, a `corpora:` list's included."""
+    import argparse
+
+    from transformer.config import Config, DataConfig, SplitConfig
+    from transformer.errors import UserError
+    from transformer.inference import _check_outputs
+
+    tsv = tmp_path / "b.tsv"
+    tsv.write_text("x\ty\n")
+    test = SplitConfig(
+        corpora=[SplitConfig(src=str(tmp_path / "a.en"), tgt=str(tmp_path / "a.de")), SplitConfig(tsv=str(tsv))]
+    )
+    config = Config(data=DataConfig(test=test))
+    args = argparse.Namespace(checkpoint=None, config=None, src=None, ref=None, test_set=None, split="test", json=None)
+    with pytest.raises(UserError, match="is the same file as data.test"):
+        _check_outputs(args, config, tsv)
+    _check_outputs(args, config, tmp_path / "h.txt")  # any other path is fine

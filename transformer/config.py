@@ -18,7 +18,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
@@ -73,8 +73,11 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
-    """One split of a corpus: plain parallel files, a TSV file, or a `datasets` source (exactly one kind)."""
+    """One split of a corpus, exactly one kind of source. `KINDS`: kind -> (the fields that name it, its input paths,
+    resolved against the config's folder; `dataset` too with from_disk); `transformer.corpus.READERS` reads each."""
 
+    KINDS: ClassVar = {"parallel": (("src", "tgt"), ("src", "tgt")), "tsv": (("tsv",), ("tsv",)),
+                       "dataset": (("dataset",), ("data_files",)), "corpora": (("corpora",), ())}  # fmt: skip
     src: str | None = None  # plain text file, one source sentence per line
     tgt: str | None = None  # plain text file, one target sentence per line, parallel to `src`
     tsv: str | None = None  # tab-separated file (plain, .gz or .xz)
@@ -90,15 +93,19 @@ class SplitConfig:
     max_examples: int | None = None  # keep only the first N pairs (for quick runs)
 
     def __post_init__(self) -> None:
-        kinds = [k for k, on in (("src/tgt", self.src or self.tgt), ("tsv", self.tsv), ("dataset", self.dataset),
-                                 ("corpora", self.corpora)) if on]  # fmt: skip
-        need = "a data split needs exactly one of src+tgt, tsv, dataset or corpora"
-        _require(len(kinds) == 1, f"{need}, got {kinds or 'none'}")
+        named, (*kinds, last) = self._kinds(), ["+".join(names) for names, _ in self.KINDS.values()]
+        need = f"a data split needs exactly one of {', '.join(kinds)} or {last}"
+        _require(len(named) == 1, f"{need}, got {['/'.join(self.KINDS[k][0]) for k in named] or 'none'}")
         _require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
         _require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
         _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
         _require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
         _require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
+
+    def _kinds(self) -> list[str]:  # the KINDS whose fields are set; `kind`: the one a valid split has (no YAML key)
+        return [k for k, (names, _) in self.KINDS.items() if any(getattr(self, n) for n in names)]
+
+    kind = property(lambda self: self._kinds()[0])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,7 +378,7 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
     _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
     if isinstance(tree.get("data"), dict):
         for name in ("train", "valid", "test"):
-            resolve_split_paths(tree["data"].get(name), path.parent, path)
+            resolve_split_paths(tree["data"].get(name), path.parent, path, SplitConfig.KINDS)
     if (base := tree.pop("base", None)) is None:
         return tree
     _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")

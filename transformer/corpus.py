@@ -10,7 +10,9 @@ One split of `data:` in the config (a `SplitConfig`) is one of
     {dataset: json, data_files: x.jsonl, columns: [en, de]}   flat text columns instead of `translation`
     {corpora: [{tsv: a.tsv}, {src: b.en, tgt: b.de, weight: 2}]}   several corpora, concatenated
 
-and `load_pairs` turns any of them into two equally long lists of strings. Text files are read here directly
+and `load_pairs` turns any of them into two equally long lists of strings. `SplitConfig.KINDS` names each kind's
+fields; `READERS` (at the end) holds each kind's reader, name and local files, and is the only place that
+dispatches on the kind. Text files are read here directly
 (one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
 quoting in TSV), so that errors can name the file and the line; every source then goes through the same
 process-parallel encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
@@ -24,6 +26,8 @@ import itertools
 import logging
 import lzma
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -264,14 +268,7 @@ def load_pairs(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[st
 
     Pairs are kept as they are (empty sides included); filtering happens in `transformer.data.prepare_data`.
     """
-    if split.corpora:
-        src, tgt = _read_corpora(split, data)
-    elif split.tsv:
-        src, tgt = _read_tsv(split)
-    elif split.src:
-        src, tgt = _read_parallel(split)
-    else:
-        src, tgt = _read_dataset(split, data)
+    src, tgt = READERS[split.kind].read(split, data)
     log.debug("read %d pairs from %s", len(src), describe_split(split))
     return src, tgt
 
@@ -303,14 +300,17 @@ def _read_corpora(split: SplitConfig, data: DataConfig) -> tuple[list[str], list
 
 def describe_split(split: SplitConfig) -> str:
     """A short human name for a split's source: its files, its dataset, or its corpora."""
-    if split.corpora:
-        weights = [f" (weight {c.weight:g})" if c.weight != 1 else "" for c in split.corpora]
-        return " + ".join(describe_split(c) + weight for c, weight in zip(split.corpora, weights))
-    if split.tsv:
-        return str(split.tsv)
-    if split.src:
-        return f"{split.src} / {split.tgt}"
-    return _describe(split)
+    return READERS[split.kind].describe(split)
+
+
+def _describe_corpora(split: SplitConfig) -> str:
+    weights = [f" (weight {c.weight:g})" if c.weight != 1 else "" for c in split.corpora]
+    return " + ".join(describe_split(c) + weight for c, weight in zip(split.corpora, weights))
+
+
+def input_files(split: SplitConfig) -> list[str]:
+    """Every local file or folder a split reads (its corpora's included): inputs no command may write over."""
+    return READERS[split.kind].files(split) + [f for c in split.corpora or [] for f in input_files(c)]
 
 
 def split_identity(split: SplitConfig) -> dict[str, Any]:
@@ -327,8 +327,35 @@ def split_identity(split: SplitConfig) -> dict[str, Any]:
     identity["tsv_columns"] = list(split.tsv_columns)
     if split.corpora:
         identity["corpora"] = [split_identity(c) for c in split.corpora]
-    files = [f for f in (split.src, split.tgt, split.tsv) if f] + [str(p) for p in _local_files(split.data_files)]
-    if split.from_disk:
-        files.append(split.dataset)
-    identity["files"] = [stat(f) for f in files]
+    identity["files"] = [stat(f) for f in READERS[split.kind].files(split)]
     return identity
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One kind of source (a key of `SplitConfig.KINDS`, which names its fields): how to read its pairs, how to
+    name it, and the local files it reads itself (they key the cache; no command may write over them)."""
+
+    read: Callable[[SplitConfig, DataConfig], tuple[list[str], list[str]]]
+    describe: Callable[[SplitConfig], str]
+    files: Callable[[SplitConfig], list[str]]
+
+
+def _dataset_files(split: SplitConfig) -> list[str]:
+    return [str(p) for p in _local_files(split.data_files)] + ([split.dataset] if split.from_disk else [])
+
+
+READERS: dict[str, Reader] = {
+    "parallel": Reader(lambda s, _: _read_parallel(s), lambda s: f"{s.src} / {s.tgt}", lambda s: [s.src, s.tgt]),
+    "tsv": Reader(
+        lambda s, _: _read_tsv(s),
+        lambda s: f"{s.tsv} (columns {s.tsv_columns[0]}, {s.tsv_columns[1]})",
+        lambda s: [s.tsv],
+    ),
+    "dataset": Reader(_read_dataset, _describe, _dataset_files),
+    "corpora": Reader(_read_corpora, _describe_corpora, lambda s: []),
+}
+assert READERS.keys() == SplitConfig.KINDS.keys(), "every kind in SplitConfig.KINDS needs a reader here"

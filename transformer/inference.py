@@ -170,14 +170,9 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def _describe_split(name: str, split: SplitConfig) -> str:
-    if split.tsv:
-        where = f"{split.tsv} (columns {split.tsv_columns[0]}, {split.tsv_columns[1]})"
-    elif split.src or split.corpora:
-        from transformer.corpus import describe_split
+    from transformer.corpus import describe_split
 
-        where = describe_split(split)
-    else:
-        where = f"datasets {split.dataset}" + (f" {split.config}" if split.config else "") + f" split {split.split}"
+    where = describe_split(split)
     return f"config data.{name}: {where}" + (f", first {split.max_examples}" if split.max_examples else "")
 
 
@@ -279,7 +274,10 @@ def _check_outputs(args: argparse.Namespace, config: Config, output: Path) -> No
     inputs = [("--checkpoint", args.checkpoint), ("--config", args.config), ("--src", args.src)]
     inputs += [("--ref", ref) for ref in args.ref or []]
     split = getattr(config.data, args.split) if not (args.src or args.test_set) else None
-    inputs += [(f"data.{args.split}", p) for p in (split.src, split.tgt, split.tsv)] if split else []
+    if split:
+        from transformer.corpus import input_files
+
+        inputs += [(f"data.{args.split}", p) for p in input_files(split)]
     check_not_an_input(output, inputs)
     check_not_an_input(args.json, [*inputs, ("the hypotheses file", output)])
 

@@ -1,10 +1,11 @@
 """Where files are: config-relative data paths and the configs shipped with the package.
 
-The rule: relative input paths in a config file (`src`, `tgt`, `tsv`, `data_files`, and `dataset` with
-`from_disk: true`) resolve against the folder of that file, so `--config /abs/path/configs/demo.yaml` works from any
-directory; paths given with `--set` resolve against the current directory, as the shell would. Outputs
-(`data.cache_dir`, `train.out_dir`) stay relative to the current directory: a run writes where it is started.
-`--config NAME` without a folder, when no such file exists, finds a shipped config (`demo`, `tiny`, `base`, ...).
+The rule: relative input paths in a config file (each source kind's, as `SplitConfig.KINDS` lists them: `src`,
+`tgt`, `tsv`, `data_files`; and `dataset` with `from_disk: true`) resolve against the folder of that file, so
+`--config /abs/path/configs/demo.yaml` works from any directory; paths given with `--set` resolve against the
+current directory, as the shell would. Outputs (`data.cache_dir`, `train.out_dir`) stay relative to the current
+directory: a run writes where it is started. `--config NAME` without a folder, when no such file exists, finds a
+shipped config (`demo`, `tiny`, `base`, ...).
 No torch import.
 """
 
@@ -16,7 +17,6 @@ from typing import Any
 
 from transformer.errors import UserError
 
-_PATH_KEYS = ("src", "tgt", "tsv", "data_files")
 _PATH_BASES: dict[str, str] = {}  # resolved path -> the config file whose folder it was resolved against
 
 
@@ -56,11 +56,12 @@ def _resolve(value: str, base: Path, config: Path) -> str:
     return resolved
 
 
-def resolve_split_paths(split: Any, base: Path, config: Path) -> None:
-    """Rewrite the relative input paths of one split mapping (and its corpora) against `base`, in place."""
+def resolve_split_paths(split: Any, base: Path, config: Path, kinds: dict[str, Any]) -> None:
+    """Rewrite the relative input paths of one split mapping (and its corpora) against `base`, in place; `kinds` is
+    `SplitConfig.KINDS` (kind -> (the fields that name it, its input paths))."""
     if not isinstance(split, dict):
         return
-    for key in _PATH_KEYS:
+    for key in dict.fromkeys(key for _, paths in kinds.values() for key in paths):
         value = split.get(key)
         if isinstance(value, str):
             split[key] = _resolve(value, base, config)
@@ -69,4 +70,4 @@ def resolve_split_paths(split: Any, base: Path, config: Path) -> None:
     if split.get("from_disk") and isinstance(split.get("dataset"), str):
         split["dataset"] = _resolve(split["dataset"], base, config)
     for corpus in split.get("corpora") or []:
-        resolve_split_paths(corpus, base, config)
+        resolve_split_paths(corpus, base, config, kinds)
