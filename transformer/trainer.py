@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer import training
-from transformer.checkpoint import load_checkpoint, load_weights, model_state, save_checkpoint
+from transformer.checkpoint import load_checkpoint, load_weights, model_state, save_checkpoint, save_rotating
 from transformer.config import Config, parse_duration, save_config
 from transformer.distributed import (
     any_rank,
@@ -175,16 +174,7 @@ class Trainer:
         state = self.state()
         if not self.is_main:
             return
-        path = self.out_dir / f"checkpoint_{self.step}.pt"
-        save_checkpoint(state, path)
-        last = self.out_dir / "checkpoint_last.pt"
-        tmp = self.out_dir / ".checkpoint_last.pt.link"
-        tmp.unlink(missing_ok=True)
-        os.link(path, tmp)
-        os.replace(tmp, last)  # atomic: checkpoint_last.pt is always a whole checkpoint
-        numbered = sorted(self.out_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-        for old in numbered[: -self.train_cfg.keep_last]:
-            old.unlink()
+        path = save_rotating(state, self.out_dir, step=self.step, keep_last=self.train_cfg.keep_last)
         log.info("saved %s (%s)", path, reason)
 
     # --------------------------------------------------------------------------------- the loop
