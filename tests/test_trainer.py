@@ -149,13 +149,13 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
-    from transformer import trainer
+    from transformer import distributed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(UserError, match="process 1 has no GPU: 1 visible"):
-        trainer.init_distributed()
+        distributed.init_distributed()
 
 
 def test_early_stopping_on_patience(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
-"""The training driver: data, model, optimizer and devices wired around `training.train_update`, with
-validation, early stopping, checkpoints, exact resume, signals and progress. One process per device; under
-`torchrun` the processes form a DDP group and rank 0 alone logs and writes.
+"""The training loop (the paper's section 5): updates of `training.train_update` on what `run_setup.build_run`
+set up, with validation and early stopping (validation.py), rotating checkpoints (checkpoint.py), exact resume,
+signals and progress. One process per device; under `torchrun` the processes form a DDP group and rank 0 alone
+logs and writes.
 """
 
 from __future__ import annotations
@@ -14,29 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer import training
-from transformer.checkpoint import load_checkpoint, load_weights, model_state, save_checkpoint, save_rotating
+from transformer.checkpoint import model_state, save_checkpoint, save_rotating
 from transformer.config import Config, parse_duration, save_config
-from transformer.distributed import (
-    any_rank,
-    barrier,
-    init_distributed,
-    prepare_group,
-    restore_rng_states,
-    rng_states,
-    seed_everything,
-)
+from transformer.distributed import any_rank, barrier, rng_states
 from transformer.errors import UserError
 from transformer.feedback import TensorBoardLog, advance, training_bar
 from transformer.fileio import RunLock
 from transformer.plotting import plot_run
 from transformer.prefetch import Prefetcher
+from transformer.run_setup import build_run
 from transformer.stats_window import PendingSkips, StatsWindow
+from transformer.validation import EarlyStopping, validate
 
 log = logging.getLogger(__name__)
 
@@ -48,125 +41,43 @@ class Trainer:
     """Holds the run's state; `run()` trains until a stop condition and returns the final metrics."""
 
     def __init__(self, config: Config, *, resume: bool | str = False, progress: bool = True) -> None:
-        from transformer.batching import TokenBatchSampler
-        from transformer.model import Transformer
         from transformer.tokenizer import PAD_ID
 
         self.created = time.perf_counter()
         self.config, self.train_cfg = config, config.train
-        if config.data.max_tokens_per_sentence > config.model.max_positions:
-            raise UserError(
-                f"data.max_tokens_per_sentence ({config.data.max_tokens_per_sentence}) exceeds model.max_positions "
-                f"({config.model.max_positions}): such sentences do not fit the positional encoding; lower the first "
-                "or raise the second"
-            )
-        self.rank, self.world, self.device = init_distributed()
-        self.is_main = self.rank == 0
-        self.precision = training.resolve_precision(self.train_cfg.precision, self.device)  # before any work
+        run = build_run(config, resume=resume, progress=progress)
+        self.rank, self.world, self.device, self.precision = run.rank, run.world, run.device, run.precision
+        self.is_main, self.progress = run.rank == 0, progress and run.rank == 0
         self.out_dir = Path(self.train_cfg.out_dir)
-        if self.is_main:
-            RunLock(self.out_dir).check()  # refuse a busy run directory now; run() takes the lock
-        self.progress = progress and self.is_main
-        if self.train_cfg.threads:
-            torch.set_num_threads(self.train_cfg.threads)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        seed_everything(self.train_cfg.seed)
-
-        self.data = self._prepare_data()
-        self.tokenizer, self.pad_id = self.data.tokenizer, PAD_ID
-        train_split = self.data.splits["train"]
-        self.sampler = TokenBatchSampler(
-            train_split.src_lengths, train_split.tgt_lengths, max_tokens=self.train_cfg.max_tokens,
-            seed=self.train_cfg.seed, rank=self.rank, world_size=self.world, buckets=self.train_cfg.length_buckets,
-        )  # fmt: skip
-        mean_tokens = float(np.sum(train_split.tgt_lengths)) / max(len(self.sampler) * self.world, 1)
-        self.accumulation = self.train_cfg.accumulation or training.micro_batch_count(
-            self.train_cfg.update_tokens, mean_tokens, self.world
-        )
-        too_big = training.update_size_warning(self.train_cfg.update_tokens, self.train_cfg.max_tokens, mean_tokens,
-                                               self.world, self.accumulation)  # fmt: skip
-        if too_big and self.is_main:
-            log.warning(too_big)
-
-        self.model = Transformer.from_config(
-            config.model, src_vocab_size=self.tokenizer.src_vocab_size,
-            tgt_vocab_size=self.tokenizer.tgt_vocab_size, pad_id=PAD_ID,
-        ).to(self.device)  # fmt: skip
-        self.optimizer = training.make_optimizer(self.model, self.train_cfg)
-        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
-        self.step, self.best, self.bad_validations, self.skipped = 0, None, 0, 0
+        self.data, self.tokenizer, self.pad_id = run.data, run.data.tokenizer, PAD_ID
+        self.sampler, self.accumulation = run.sampler, run.accumulation
+        self.model, self.optimizer, self.scaler, self.net = run.model, run.optimizer, run.scaler, run.net
+        self.early_stopping = EarlyStopping(patience=self.train_cfg.patience, best_metric=self.train_cfg.best_metric)
+        self.step, self.skipped, self.elapsed_before = 0, 0, 0.0
+        if run.restored:
+            progress_state = run.restored["progress"]
+            self.step, self.skipped = run.restored["step"], progress_state.get("skipped", 0)
+            self.early_stopping.best = progress_state["best"]
+            self.early_stopping.bad_validations = progress_state["bad_validations"]
+            self.elapsed_before = progress_state["elapsed"]
         self.pending = PendingSkips()  # skip flags decided on the device, not read yet (stats_window)
         self.sampler_trained: dict | None = None  # the sampler's state after the last batch trained
-        self.start_time, self.elapsed_before = time.time(), 0.0
-        if resume:
-            self._resume(self.out_dir / "checkpoint_last.pt" if resume is True else Path(resume))
-        elif self.train_cfg.init_from:
-            self._load_weights(Path(self.train_cfg.init_from))
-        self.net = self.model
-        if self.train_cfg.compile:
-            self.net = torch.compile(self.net)
-        if self.world > 1:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.net = torch.nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
+        self.start_time = time.time()
         self.stop_signal: str | None = None
-
-    def _prepare_data(self):
-        """Rank 0 trains the tokenizer and fills the cache while the others wait (with their own timeout, as this
-        can take longer than the process group's), then read it; evaluation splits lose pairs too long to fit."""
-        from transformer.data import drop_longer, prepare_data
-
-        group = prepare_group(parse_duration(self.train_cfg.prepare_timeout)) if self.world > 1 else None
-        data = prepare_data(self.config, progress=self.progress) if self.is_main else None
-        barrier(group)
-        data = data or prepare_data(self.config, progress=False)
-        if "train" not in data.splits:
-            raise UserError("the config has no data.train split to train on")
-        for name in ("valid", "test"):
-            if name in data.splits:
-                data.splits[name] = drop_longer(data.splits[name], self.config.model.max_positions, name)
-                if not len(data.splits[name]):
-                    del data.splits[name]  # nothing fits: no validation rather than a crash
-        return data
 
     # ---------------------------------------------------------------------------- checkpoint state
 
     def state(self) -> dict[str, Any]:
         rng = rng_states(self.world)  # a collective: every rank calls state() (through save())
         sampler = self.sampler_trained or self.sampler.state_dict()  # not the position of batches drawn ahead
+        stopping = self.early_stopping
         return model_state(
             self.model, self.config, self.tokenizer, step=self.step, epoch=sampler["epoch"],
             optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict() if self.scaler else None,
             sampler=sampler, rng=rng[0], rng_ranks=rng,
-            progress={"best": self.best, "bad_validations": self.bad_validations, "elapsed": self.elapsed(),
+            progress={"best": stopping.best, "bad_validations": stopping.bad_validations, "elapsed": self.elapsed(),
                       "skipped": self.skipped},
         )  # fmt: skip
-
-    def _load_weights(self, path: Path) -> dict[str, Any]:
-        from transformer.checkpoint import check_vocabulary
-
-        state = load_checkpoint(path, map_location="cpu")
-        check_vocabulary(state, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size)
-        load_weights(self.model, state["model"], str(path))
-        return state
-
-    def _resume(self, path: Path) -> None:
-        from transformer.checkpoint import require_training_state
-
-        state = self._load_weights(path)
-        require_training_state(state, path)
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.sampler.load_state_dict(state["sampler"])
-        restore_rng_states(state, self.rank, self.world)
-        self.step = state["step"]
-        progress = state["progress"]
-        self.best, self.bad_validations, self.elapsed_before = (
-            progress["best"], progress["bad_validations"], progress["elapsed"],
-        )  # fmt: skip
-        self.skipped = progress.get("skipped", 0)
-        log.info("resumed from %s at update %d (epoch %d)", path, self.step, self.sampler.epoch)
 
     def save(self, reason: str) -> None:
         """checkpoint_<step>.pt (full state), checkpoint_last.pt linked to it; keep the last `keep_last`."""
@@ -237,7 +148,7 @@ class Trainer:
         if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self._validate()
         self.save(reason)
-        final = {"step": self.step, "reason": reason, "best": self.best, "elapsed": self.elapsed(),
+        final = {"step": self.step, "reason": reason, "best": self.early_stopping.best, "elapsed": self.elapsed(),
                  "skipped": self.skipped}  # fmt: skip
         if self.is_main:
             plot_run(self.out_dir)
@@ -353,38 +264,8 @@ class Trainer:
             plot_run(self.out_dir)
             log.info("validation at update %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
                                                                           if k != "step"))  # fmt: skip
-            use_bleu = self.train_cfg.best_metric == "bleu" and "valid_bleu" in record
-            value = record["valid_bleu"] if use_bleu else -record["valid_loss"]
-            if self.best is None or value > self.best:
-                self.best, self.bad_validations = value, 0
+            improved, stop = self.early_stopping.update(record)
+            if improved:
                 save_checkpoint(model_state(self.model, self.config, self.tokenizer, step=self.step,
                                             valid=record), self.out_dir / "best.pt")  # fmt: skip
-            else:
-                self.bad_validations += 1
-                stop = bool(self.train_cfg.patience) and self.bad_validations >= self.train_cfg.patience
         return any_rank(stop, self.device)
-
-
-def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
-    """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
-    from transformer.batching import TokenBatchSampler, collate
-
-    split = data.splits["valid"]
-    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
-                                shuffle=False)  # fmt: skip
-    batches = (collate(split, indices).to(device) for indices in sampler)
-    loss, nll = training.evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
-                                       epsilon=config.train.label_smoothing)  # fmt: skip
-    record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
-    if config.train.valid_bleu and split.src_text is not None:
-        from transformer.evaluation import corpus_scores
-        from transformer.translator import Translator
-
-        n = config.train.valid_bleu_sentences or len(split)
-        decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
-        translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
-        with tqdm(total=min(n, len(split)), desc="validation decoding", leave=False, disable=not progress) as bar:
-            hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
-        record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
-        model.train()
-    return record
