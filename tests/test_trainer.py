@@ -160,9 +160,9 @@ def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
 
 def test_early_stopping_on_patience(tmp_path, monkeypatch):
     """Validation that never improves stops the run after `patience` validations; best.pt is the first one."""
-    from transformer import trainer
+    from transformer import validation
 
-    monkeypatch.setattr(trainer, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
+    monkeypatch.setattr(validation, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
     settings = ["train.max_steps=100", "train.valid_every=2", "train.patience=2", f"train.out_dir={tmp_path / 'run'}"]
     config = load_config(TINY, [*settings, f"data.cache_dir={tmp_path / 'cache'}"])
     result = Trainer(config, progress=False).run()

@@ -13,9 +13,16 @@ import numpy as np
 import torch
 
 from transformer import training
-from transformer.checkpoint import load_checkpoint, load_weights
+from transformer.checkpoint import load_checkpoint, load_weights, model_state
 from transformer.config import Config, parse_duration
-from transformer.distributed import barrier, init_distributed, prepare_group, restore_rng_states, seed_everything
+from transformer.distributed import (
+    barrier,
+    init_distributed,
+    prepare_group,
+    restore_rng_states,
+    rng_states,
+    seed_everything,
+)
 from transformer.errors import UserError
 from transformer.fileio import RunLock
 
@@ -120,6 +127,25 @@ def resume_from(path: Path, run: RunSetup) -> dict[str, Any]:
     restore_rng_states(state, run.rank, run.world)
     log.info("resumed from %s at update %d (epoch %d)", path, state["step"], run.sampler.epoch)
     return {"step": state["step"], "progress": state["progress"]}
+
+
+def describe(run: RunSetup, cfg) -> str:
+    """The model's size, the devices, the precision and the update's make-up, for the log."""
+    return (
+        f"{sum(p.numel() for p in run.model.parameters()):,} parameters on {run.device} x{run.world} "
+        f"({run.precision}), {run.accumulation} micro-batches of <= {cfg.max_tokens} tokens per update per device"
+    )
+
+
+def training_state(run: RunSetup, config: Config, *, step: int, sampler: dict, progress: dict) -> dict[str, Any]:
+    """A checkpoint with the full training state, what `resume_from` restores. A collective: every rank calls it
+    (each rank's RNG states are gathered)."""
+    rng = rng_states(run.world)
+    return model_state(
+        run.model, config, run.data.tokenizer, step=step, epoch=sampler["epoch"],
+        optimizer=run.optimizer.state_dict(), scaler=run.scaler.state_dict() if run.scaler else None,
+        sampler=sampler, rng=rng[0], rng_ranks=rng, progress=progress,
+    )  # fmt: skip
 
 
 def build_run(config: Config, *, resume: bool | str = False, progress: bool = True) -> RunSetup:

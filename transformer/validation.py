@@ -3,15 +3,22 @@ that stops a run whose validation score has not improved for `train.patience` va
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from transformer import training
+from transformer.checkpoint import model_state, save_checkpoint
 from transformer.config import Config
+from transformer.distributed import any_rank
+from transformer.plotting import plot_run
+
+log = logging.getLogger(__name__)
 
 
 def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
@@ -61,3 +68,28 @@ class EarlyStopping:
             return True, False
         self.bad_validations += 1
         return False, bool(self.patience) and self.bad_validations >= self.patience
+
+
+class Validator:
+    """Validation at its points on rank 0: the record written (metrics.jsonl), the curves plotted, best.pt saved
+    when the score improves, and the patience rule agreed between ranks."""
+
+    def __init__(self, config: Config, setup, early_stopping: EarlyStopping, write, *, progress: bool) -> None:
+        self.config, self.setup, self.early_stopping, self.write = config, setup, early_stopping, write
+        self.is_main, self.progress, self.out_dir = setup.rank == 0, progress, Path(config.train.out_dir)
+
+    def __call__(self, step: int) -> bool:
+        """Validate the model at update `step`; True to stop (patience)."""
+        stop, run = False, self.setup
+        if self.is_main and "valid" in run.data.splits:
+            record = {"step": step, **validate(run.model, run.data, self.config, run.precision, run.device,
+                                               progress=self.progress)}  # fmt: skip
+            self.write(record)
+            plot_run(self.out_dir)
+            log.info("validation at update %d: %s", step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
+                                                                     if k != "step"))  # fmt: skip
+            improved, stop = self.early_stopping.update(record)
+            if improved:
+                save_checkpoint(model_state(run.model, self.config, run.data.tokenizer, step=step, valid=record),
+                                self.out_dir / "best.pt")  # fmt: skip
+        return any_rank(stop, run.device)
