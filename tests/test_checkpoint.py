@@ -181,3 +181,14 @@ def test_average_warns_when_fewer_checkpoints_than_asked(tmp_path, caplog):
     save_checkpoint(_state(tiny_model(), step=8), tmp_path / "checkpoint_8.pt")
     assert average_main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg.pt")]) == 0
     assert "asked for" not in caplog.text
+
+
+def test_rotation_keeps_the_last_numbered_checkpoints_by_step_and_links_last(tmp_path):
+    """Steps 8, 9, 10, 11 with keep_last=2: by number (not by name, where "10" < "8") 10 and 11 stay, and
+    checkpoint_last.pt is the same file as checkpoint_11.pt; `numbered_checkpoints` lists them oldest first."""
+    for step in (8, 9, 10, 11):
+        path = checkpoint.save_rotating({"model": {}, "config": {}, "step": step}, tmp_path, step=step, keep_last=2)
+        assert path == tmp_path / f"checkpoint_{step}.pt"
+    assert checkpoint.numbered_checkpoints(tmp_path) == [tmp_path / "checkpoint_10.pt", tmp_path / "checkpoint_11.pt"]
+    assert os.path.samefile(tmp_path / "checkpoint_last.pt", tmp_path / "checkpoint_11.pt")
+    assert load_checkpoint(tmp_path / "checkpoint_last.pt")["step"] == 11

@@ -149,20 +149,20 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
-    from transformer import trainer
+    from transformer import distributed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(UserError, match="process 1 has no GPU: 1 visible"):
-        trainer.init_distributed()
+        distributed.init_distributed()
 
 
 def test_early_stopping_on_patience(tmp_path, monkeypatch):
     """Validation that never improves stops the run after `patience` validations; best.pt is the first one."""
-    from transformer import trainer
+    from transformer import validation
 
-    monkeypatch.setattr(trainer, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
+    monkeypatch.setattr(validation, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
     settings = ["train.max_steps=100", "train.valid_every=2", "train.patience=2", f"train.out_dir={tmp_path / 'run'}"]
     config = load_config(TINY, [*settings, f"data.cache_dir={tmp_path / 'cache'}"])
     result = Trainer(config, progress=False).run()

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writes, safe loads, averaging, and loading a model for inference.
+"""Checkpoints: atomic writes, safe loads, rotation of numbered checkpoints, averaging, and loading a model for
+inference.
 
 A checkpoint is a plain dict of tensors, numbers, strings and bytes, so `torch.load(weights_only=True)` reads it
 and a checkpoint from a stranger cannot run code:
@@ -8,12 +9,13 @@ and a checkpoint from a stranger cannot run code:
     tokenizer   {"src": SentencePiece model bytes, "tgt": bytes or None when the vocabulary is joint}
     vocab       {"src": size, "tgt": size}
     step, epoch, optimizer, scaler, sampler, rng, rng_ranks, progress   (training state, written by
-                trainer.Trainer.state; absent in averages. The learning rate is a function of `step`, so no
+                run_setup.training_state; absent in averages. The learning rate is a function of `step`, so no
                 scheduler state; `progress` holds best, bad_validations, elapsed and skipped)
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,27 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
             raise
         raise UserError(f"cannot write {path}: the write failed, most likely the disk is full ({str(exc)[:80]}); "
                         "free some space or write somewhere else") from None  # fmt: skip
+
+
+def numbered_checkpoints(run_dir: str | Path) -> list[Path]:
+    """A run directory's checkpoint_<step>.pt files, oldest (lowest step) first."""
+    found = Path(run_dir).glob("checkpoint_[0-9]*.pt")
+    return sorted(found, key=lambda p: int(p.stem.split("_")[1]))
+
+
+def save_rotating(state: dict[str, Any], run_dir: str | Path, *, step: int, keep_last: int) -> Path:
+    """checkpoint_<step>.pt (atomic), checkpoint_last.pt linked to it, and only the last `keep_last` numbered ones
+    kept. Returns the numbered path."""
+    run_dir = Path(run_dir)
+    path = run_dir / f"checkpoint_{step}.pt"
+    save_checkpoint(state, path)
+    tmp = run_dir / ".checkpoint_last.pt.link"
+    tmp.unlink(missing_ok=True)
+    os.link(path, tmp)
+    os.replace(tmp, run_dir / "checkpoint_last.pt")  # atomic: checkpoint_last.pt is always a whole checkpoint
+    for old in numbered_checkpoints(run_dir)[:-keep_last]:
+        old.unlink()
+    return path
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:

@@ -171,14 +171,12 @@ def average_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=_count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
     args = parser.parse_args(argv)
-    from pathlib import Path
-
-    from transformer.checkpoint import average_checkpoints, save_checkpoint
+    from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
     from transformer.fileio import check_not_an_input
 
     inputs = list(args.inputs)
     if args.dir:
-        found = sorted(Path(args.dir).glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+        found = numbered_checkpoints(args.dir)
         if not found:
             raise UserError(f"no numbered checkpoints (checkpoint_<step>.pt) in {args.dir}")
         inputs += [str(p) for p in found[-args.last :]]

@@ -4,6 +4,7 @@
   on stderr that shows the elapsed time, refreshed twice a second; nothing when stderr is not a terminal.
 - `training_bar(...)`: counts updates towards `train.max_steps`, or, under `train.max_time` with no step limit,
   fills with the time budget's seconds (the update count then shows as the bar's label).
+- `RunLog`: metrics.jsonl (and TensorBoard), the training log line and the bar's postfix.
 - `TensorBoardLog`: every metrics record (training and validation) as scalars through PyTorch's own
   `torch.utils.tensorboard.SummaryWriter`, when `train.tensorboard: true` and the `tensorboard` package is installed.
 """
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import math
 import sys
 import threading
@@ -21,6 +24,8 @@ from typing import Any
 from tqdm import tqdm
 
 from transformer.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -98,3 +103,28 @@ class TensorBoardLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+class RunLog:
+    """A run's metrics: metrics.jsonl and TensorBoard (rank 0 only), the training log line, the bar's postfix."""
+
+    def __init__(self, out_dir: Path, *, enabled: bool, tensorboard: bool, progress: bool) -> None:
+        self.path, self.enabled, self.progress = Path(out_dir) / "metrics.jsonl", enabled, progress
+        self.tensorboard = TensorBoardLog(Path(out_dir) / "tensorboard", enabled=tensorboard and enabled)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            self.tensorboard.log(record)
+
+    def train(self, record: dict[str, Any], bar: tqdm) -> None:
+        """A training record (loss, lr, wpb, tok_s, ...): written, on the bar, and logged when there is no bar."""
+        self.write(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", wpb=f"{record['wpb']:.0f}",
+                        tok_s=f"{record['tok_s']:.0f}")  # fmt: skip
+        if not self.progress and self.enabled:
+            log.info("update %d %s", record["step"], " ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step"))
+
+    def close(self) -> None:
+        self.tensorboard.close()

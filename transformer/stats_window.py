@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 
+from transformer.errors import UserError
 from transformer.training import UpdateStats
 
 
@@ -85,3 +87,40 @@ class PendingSkips:
         skipped, last, worst, run = values
         self.count, self.skipped, self.last, self.run, self.worst = 0, 0, False, run, run
         return skipped, bool(last), worst
+
+
+class UpdateCount:
+    """The applied-update count (the schedule's step), the skipped count, and the nan_patience rule. Host-decided
+    skips count at once; device-decided ones count as applied until `settle` reads them."""
+
+    def __init__(self, *, step: int, skipped: int, nan_patience: int) -> None:
+        self.step, self.skipped, self.nan_patience = step, skipped, nan_patience
+        self.pending, self.nonfinite = PendingSkips(), 0  # nonfinite: host-decided non-finite updates in a row
+
+    def add(self, stats: UpdateStats, due: Callable[[int], bool]) -> bool:
+        """Count one update; True when it was applied. `due(step)`: must the count be exact at this step?"""
+        if stats.on_device:  # counted as applied until read; read where the count matters
+            self.pending.add(stats)
+            self.step += 1
+            return not self.settle() if due(self.step) else True
+        self.nonfinite = self.nonfinite + 1 if stats.nonfinite else 0
+        self.check_nan_patience(self.nonfinite)
+        applied = not stats.skipped
+        self.step, self.skipped = self.step + applied, self.skipped + (not applied)
+        return applied
+
+    def settle(self) -> bool:
+        """Read the device-decided skips (one sync): take them off the update count, apply nan_patience; True when
+        the latest update was skipped."""
+        skipped, last, worst = self.pending.read()
+        self.step, self.skipped = self.step - skipped, self.skipped + skipped
+        self.check_nan_patience(worst)
+        return last
+
+    def check_nan_patience(self, nonfinite: int) -> None:
+        if nonfinite >= self.nan_patience:
+            raise UserError(
+                f"the loss or the gradients were not finite for {nonfinite} updates in a row (after update "
+                f"{self.step}): lower the learning rate or lengthen the warmup, clip gradients (train.clip_norm), "
+                "or use bf16 instead of fp16"
+            )

@@ -1,0 +1,177 @@
+"""Setting up a training run: the process (devices, DDP, seeds, float settings), the data, and the components
+(model, optimizer, scaler) with resume or warm start. `build_run` does it in a fixed order, so that a resumed run
+draws the same random numbers as an uninterrupted one; the training loop (trainer.py) then only trains."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from transformer import training
+from transformer.checkpoint import load_checkpoint, load_weights, model_state
+from transformer.config import Config, parse_duration
+from transformer.distributed import (
+    barrier,
+    init_distributed,
+    prepare_group,
+    restore_rng_states,
+    rng_states,
+    seed_everything,
+)
+from transformer.errors import UserError
+from transformer.fileio import RunLock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSetup:
+    """What one process trains with. `net` is `model` compiled and/or wrapped in DDP; save `model`."""
+
+    rank: int
+    world: int
+    device: torch.device
+    precision: str  # the resolved train.precision
+    data: Any  # data.PreparedData: tokenizer and splits
+    sampler: Any  # batching.TokenBatchSampler over the train split
+    accumulation: int  # micro-batches per update on each device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    net: torch.nn.Module
+    restored: dict[str, Any] | None  # step and progress of the checkpoint resumed from, if any
+
+
+def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
+    """Check what must hold before any work, join the DDP group, set threads, TF32 and the seeds."""
+    cfg = config.train
+    if config.data.max_tokens_per_sentence > config.model.max_positions:
+        raise UserError(
+            f"data.max_tokens_per_sentence ({config.data.max_tokens_per_sentence}) exceeds model.max_positions "
+            f"({config.model.max_positions}): such sentences do not fit the positional encoding; lower the first "
+            "or raise the second"
+        )
+    rank, world, device = init_distributed()
+    precision = training.resolve_precision(cfg.precision, device)  # before any work
+    if rank == 0:
+        RunLock(Path(cfg.out_dir)).check()  # refuse a busy run directory now; Trainer.run() takes the lock
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    seed_everything(cfg.seed)
+    return rank, world, device, precision
+
+
+def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
+    """Rank 0 trains the tokenizer and fills the cache while the others wait (with their own timeout, as this
+    can take longer than the process group's), then read it; evaluation splits lose pairs too long to fit."""
+    from transformer.data import drop_longer, prepare_data
+
+    group = prepare_group(parse_duration(config.train.prepare_timeout)) if world > 1 else None
+    data = prepare_data(config, progress=progress) if is_main else None
+    barrier(group)
+    data = data or prepare_data(config, progress=False)
+    if "train" not in data.splits:
+        raise UserError("the config has no data.train split to train on")
+    for name in ("valid", "test"):
+        if name in data.splits:
+            data.splits[name] = drop_longer(data.splits[name], config.model.max_positions, name)
+            if not len(data.splits[name]):
+                del data.splits[name]  # nothing fits: no validation rather than a crash
+    return data
+
+
+def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]:
+    """The train split's token-bucketed sampler and the micro-batches per update (train.update_tokens)."""
+    from transformer.batching import TokenBatchSampler
+
+    cfg, split = config.train, data.splits["train"]
+    sampler = TokenBatchSampler(
+        split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed, rank=rank,
+        world_size=world, buckets=cfg.length_buckets,
+    )  # fmt: skip
+    mean_tokens = float(np.sum(split.tgt_lengths)) / max(len(sampler) * world, 1)
+    accumulation = cfg.accumulation or training.micro_batch_count(cfg.update_tokens, mean_tokens, world)
+    too_big = training.update_size_warning(cfg.update_tokens, cfg.max_tokens, mean_tokens, world, accumulation)
+    if too_big and rank == 0:
+        log.warning(too_big)
+    return sampler, accumulation
+
+
+def load_checked_weights(model, tokenizer, path: Path) -> dict[str, Any]:
+    """Load a checkpoint's weights into `model` after checking its vocabulary sizes; returns the checkpoint."""
+    from transformer.checkpoint import check_vocabulary
+
+    state = load_checkpoint(path, map_location="cpu")
+    check_vocabulary(state, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    load_weights(model, state["model"], str(path))
+    return state
+
+
+def resume_from(path: Path, run: RunSetup) -> dict[str, Any]:
+    """Restore weights, optimizer, scaler, sampler and every rank's RNG; returns {"step", "progress"}."""
+    from transformer.checkpoint import require_training_state
+
+    state = load_checked_weights(run.model, run.data.tokenizer, path)
+    require_training_state(state, path)
+    run.optimizer.load_state_dict(state["optimizer"])
+    if run.scaler is not None and state.get("scaler"):
+        run.scaler.load_state_dict(state["scaler"])
+    run.sampler.load_state_dict(state["sampler"])
+    restore_rng_states(state, run.rank, run.world)
+    log.info("resumed from %s at update %d (epoch %d)", path, state["step"], run.sampler.epoch)
+    return {"step": state["step"], "progress": state["progress"]}
+
+
+def describe(run: RunSetup, cfg) -> str:
+    """The model's size, the devices, the precision and the update's make-up, for the log."""
+    return (
+        f"{sum(p.numel() for p in run.model.parameters()):,} parameters on {run.device} x{run.world} "
+        f"({run.precision}), {run.accumulation} micro-batches of <= {cfg.max_tokens} tokens per update per device"
+    )
+
+
+def training_state(run: RunSetup, config: Config, *, step: int, sampler: dict, progress: dict) -> dict[str, Any]:
+    """A checkpoint with the full training state, what `resume_from` restores. A collective: every rank calls it
+    (each rank's RNG states are gathered)."""
+    rng = rng_states(run.world)
+    return model_state(
+        run.model, config, run.data.tokenizer, step=step, epoch=sampler["epoch"],
+        optimizer=run.optimizer.state_dict(), scaler=run.scaler.state_dict() if run.scaler else None,
+        sampler=sampler, rng=rng[0], rng_ranks=rng, progress=progress,
+    )  # fmt: skip
+
+
+def build_run(config: Config, *, resume: bool | str = False, progress: bool = True) -> RunSetup:
+    """Set up the process, the data and the components; resume (True: train.out_dir/checkpoint_last.pt, or a
+    path) or warm-start from train.init_from; then compile and wrap in DDP as configured."""
+    from transformer.model import Transformer
+    from transformer.tokenizer import PAD_ID
+
+    cfg = config.train
+    rank, world, device, precision = setup_process(config)
+    data = prepare_run_data(config, world, rank == 0, progress and rank == 0)
+    sampler, accumulation = make_sampler(config, data, rank, world)
+    model = Transformer.from_config(
+        config.model, src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size,
+        pad_id=PAD_ID,
+    ).to(device)  # fmt: skip
+    optimizer = training.make_optimizer(model, cfg)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    run = RunSetup(rank, world, device, precision, data, sampler, accumulation, model, optimizer, scaler, model, None)
+    if resume:
+        run.restored = resume_from(Path(cfg.out_dir) / "checkpoint_last.pt" if resume is True else Path(resume), run)
+    elif cfg.init_from:
+        load_checked_weights(model, data.tokenizer, Path(cfg.init_from))
+    if cfg.compile:
+        run.net = torch.compile(run.net)
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        run.net = torch.nn.parallel.DistributedDataParallel(run.net, device_ids=ids)
+    return run

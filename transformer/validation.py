@@ -1,0 +1,95 @@
+"""Validation and early stopping: loss, perplexity and greedy BLEU on the validation split, and the patience rule
+that stops a run whose validation score has not improved for `train.patience` validations."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from transformer import training
+from transformer.checkpoint import model_state, save_checkpoint
+from transformer.config import Config
+from transformer.distributed import any_rank
+from transformer.plotting import plot_run
+
+log = logging.getLogger(__name__)
+
+
+def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
+    """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
+    from transformer.batching import TokenBatchSampler, collate
+
+    split = data.splits["valid"]
+    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
+                                shuffle=False)  # fmt: skip
+    batches = (collate(split, indices).to(device) for indices in sampler)
+    loss, nll = training.evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
+                                       epsilon=config.train.label_smoothing)  # fmt: skip
+    record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
+    if config.train.valid_bleu and split.src_text is not None:
+        from transformer.evaluation import corpus_scores
+        from transformer.translator import Translator
+
+        n = config.train.valid_bleu_sentences or len(split)
+        decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
+        translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
+        with tqdm(total=min(n, len(split)), desc="validation decoding", leave=False, disable=not progress) as bar:
+            hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
+        record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]
+        model.train()
+    return record
+
+
+@dataclass
+class EarlyStopping:
+    """The best validation score so far (higher is better) and the validations since it last improved."""
+
+    patience: int  # validations without improvement before stopping; 0 = never stop
+    best_metric: str  # "bleu" (when measured) or "loss"
+    best: float | None = None
+    bad_validations: int = 0
+
+    def score(self, record: dict[str, Any]) -> float:
+        """valid_bleu when it is the chosen metric and was measured, else -valid_loss."""
+        use_bleu = self.best_metric == "bleu" and "valid_bleu" in record
+        return record["valid_bleu"] if use_bleu else -record["valid_loss"]
+
+    def update(self, record: dict[str, Any]) -> tuple[bool, bool]:
+        """Take one validation record; returns (improved, stop)."""
+        value = self.score(record)
+        if self.best is None or value > self.best:
+            self.best, self.bad_validations = value, 0
+            return True, False
+        self.bad_validations += 1
+        return False, bool(self.patience) and self.bad_validations >= self.patience
+
+
+class Validator:
+    """Validation at its points on rank 0: the record written (metrics.jsonl), the curves plotted, best.pt saved
+    when the score improves, and the patience rule agreed between ranks."""
+
+    def __init__(self, config: Config, setup, early_stopping: EarlyStopping, write, *, progress: bool) -> None:
+        self.config, self.setup, self.early_stopping, self.write = config, setup, early_stopping, write
+        self.is_main, self.progress, self.out_dir = setup.rank == 0, progress, Path(config.train.out_dir)
+
+    def __call__(self, step: int) -> bool:
+        """Validate the model at update `step`; True to stop (patience)."""
+        stop, run = False, self.setup
+        if self.is_main and "valid" in run.data.splits:
+            record = {"step": step, **validate(run.model, run.data, self.config, run.precision, run.device,
+                                               progress=self.progress)}  # fmt: skip
+            self.write(record)
+            plot_run(self.out_dir)
+            log.info("validation at update %d: %s", step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
+                                                                     if k != "step"))  # fmt: skip
+            improved, stop = self.early_stopping.update(record)
+            if improved:
+                save_checkpoint(model_state(run.model, self.config, run.data.tokenizer, step=step, valid=record),
+                                self.out_dir / "best.pt")  # fmt: skip
+        return any_rank(stop, run.device)
