@@ -383,13 +383,13 @@ class _Pieces:
 def _decode_engines(model, tokenizer, config, names, args, tmp) -> dict:
     """{compute: {engine name: run function}} for fp32 and int8, on weights exported from `model`."""
     from transformer import decode_benchmark as db
-    from transformer.api import quantize_int8
+    from transformer.cpu_linear import pack_linears, quantize_int8
 
     computes = args.computes.split(",")
     out = {c: {} for c in computes}
     if "ours" in names:
         for c in computes:
-            out[c]["ours"] = db.ours_engine(model if c == "fp32" else quantize_int8(model))
+            out[c]["ours"] = db.ours_engine(pack_linears(model) if c == "fp32" else quantize_int8(model))
     if "ctranslate2" in names:
         import ctranslate2
 

@@ -38,15 +38,21 @@ def sample(model, src, mask, **settings):
 
 @dataclass
 class ScriptedCache:
-    sources: list[tuple[int, ...]]
-    prefixes: list[tuple[int, ...]]  # output tokens so far per row, BOS first
+    sources: list[tuple[int, ...]]  # per sentence
+    prefixes: list[tuple[int, ...]]  # output tokens so far per row, BOS first; a sentence's `beams` rows in a run
+    beams: int
 
-    def keep_rows(self, index: torch.Tensor) -> None:
-        self.sources = [self.sources[i] for i in index.tolist()]
-        self.rerank_beams(index)
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        if rows is None:
+            rows = torch.tensor([b * self.beams + k for b in sentences.tolist() for k in range(self.beams)])
+        self.sources = [self.sources[i] for i in sentences.tolist()]
+        self.rerank_beams(rows)
 
     def rerank_beams(self, index: torch.Tensor) -> None:  # like DecoderCache: the sources stay put, so a row
         self.prefixes = [self.prefixes[i] for i in index.tolist()]  # moved to another sentence shows
+
+    def row_sources(self) -> list[tuple[int, ...]]:
+        return [source for source in self.sources for _ in range(self.beams)]
 
 
 class ScriptedModel:
@@ -64,16 +70,16 @@ class ScriptedModel:
     def encode(self, src, src_mask):
         return src  # the "memory" is the source itself
 
-    def init_cache(self, memory, src_mask) -> ScriptedCache:
+    def init_cache(self, memory, src_mask, *, beams: int, capacity: int) -> ScriptedCache:
         sources = [tuple(row[mask].tolist()) for row, mask in zip(memory, src_mask.flatten(1))]
-        return ScriptedCache(sources, [() for _ in sources])
+        return ScriptedCache(sources, [() for _ in range(len(sources) * beams)], beams)
 
     def decode_step(self, tokens, cache: ScriptedCache) -> torch.Tensor:
         cache.prefixes = [p + (t,) for p, t in zip(cache.prefixes, tokens[:, 0].tolist())]
-        return torch.tensor([self._log_probs(s, p[1:]) for s, p in zip(cache.sources, cache.prefixes)])
+        return torch.tensor([self._log_probs(s, p[1:]) for s, p in zip(cache.row_sources(), cache.prefixes)])
 
     def decode(self, tgt_in, memory, src_mask) -> torch.Tensor:
-        cache = self.init_cache(memory, src_mask)
+        cache = self.init_cache(memory, src_mask, beams=1, capacity=0)
         sources = cache.sources
         rows = [
             [self._log_probs(s, tuple(t[1 : i + 1])) for i in range(len(t))] for s, t in zip(sources, tgt_in.tolist())

@@ -77,7 +77,20 @@ def test_decoder_layer_step_equals_its_full_forward(norm_first):
     memory, x = torch.randn(2, 7, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)  # S != T
     with torch.no_grad():
         full = layer(x, memory, mask)  # (B, T, D)
-        cache = layer.init_cache(memory)
+        cache = layer.init_cache(memory, beams=1, capacity=4)
         steps = torch.cat([layer.step(x[:, t : t + 1], cache, mask) for t in range(4)], dim=1)
     torch.testing.assert_close(steps, full)
     assert cache.self_k.shape == (2, 2, 4, 8) and cache.cross_k.shape == (2, 2, 7, 8)
+
+
+def test_decoder_layer_step_shares_memory_across_beams():
+    """K = 3 rows per sentence query one copy of the sentence's memory: equal to each row with its own copy."""
+    layer, mask = _layer(DecoderLayer, False), _padded_mask(7, row=1, real=3)
+    memory, x = torch.randn(2, 7, 16, dtype=torch.float64), torch.randn(6, 2, 16, dtype=torch.float64)
+    rows = torch.arange(2).repeat_interleave(3)  # (6,) each row's sentence
+    with torch.no_grad():
+        full = layer(x, memory[rows], mask[rows])  # (6, 2, 16)
+        cache = layer.init_cache(memory, beams=3, capacity=2)
+        steps = torch.cat([layer.step(x[:, t : t + 1], cache, mask) for t in range(2)], dim=1)
+    torch.testing.assert_close(steps, full)
+    assert cache.cross_k.shape == (2, 2, 7, 8) and cache.self_k.shape == (6, 2, 2, 8)

@@ -135,35 +135,37 @@ def test_decode_step_equals_full_decode(norm_first, positional):
     with torch.no_grad():
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask).log_softmax(-1)  # (B, T, V)
-        cache = model.init_cache(memory, src_mask)
+        cache = model.init_cache(memory, src_mask, beams=1, capacity=4)  # grows past 4 positions
         steps = torch.stack([model.decode_step(tgt[:, t : t + 1], cache) for t in range(6)], dim=1)
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
     assert cache.layers[0].self_k.shape == (3, 2, 6, 8)
 
 
-def test_cache_keep_rows_equals_permuted_inputs(model):
+def test_cache_keep_sentences_equals_permuted_inputs(model):
+    """Sentences dropped, repeated and reordered (one row each) mid-decoding equal the full forward on them."""
     src, tgt = random_tokens(3, 7), random_tokens(3, 4, seed=1)
     order = torch.tensor([2, 0, 0, 1])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
-        cache = model.init_cache(model.encode(src, src_mask), src_mask)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=8)
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
-        cache.keep_rows(order)
+        cache.keep_sentences(order)
         reordered = model.decode_step(tgt[order, 3:4], cache)
         expected = model.decode(tgt[order], model.encode(src[order], src_mask[order]), src_mask[order])
     torch.testing.assert_close(reordered, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
 
 
 def test_cache_rerank_beams_leaves_cross_attention_alone(model):
-    """After the K-fold expansion, re-ranking the beams of one sentence equals the full forward."""
+    """Two beams per sentence, one copy of its memory's K/V: re-ranking the beams equals the full forward."""
     src, tgt = random_tokens(2, 7), random_tokens(4, 4, seed=1)  # 2 sentences x 2 beams
+    src[1, 5:] = PAD
     expand, within = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 3, 2])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
-        cache = model.init_cache(model.encode(src, src_mask), src_mask)
-        cache.keep_rows(expand)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=2, capacity=8)
         cross_k = cache.layers[0].cross_k
+        assert cross_k.size(0) == 2  # one per sentence
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
         cache.rerank_beams(within)
@@ -171,6 +173,24 @@ def test_cache_rerank_beams_leaves_cross_attention_alone(model):
         stepped = model.decode_step(tgt[within, 3:4], cache)
         expected = model.decode(tgt[within], model.encode(src[expand], src_mask[expand]), src_mask[expand])
     torch.testing.assert_close(stepped, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_cache_keep_sentences_with_reranked_rows(model):
+    """3 sentences x 2 beams; sentence 1 leaves while the others' beams are re-ranked in the same copy."""
+    src, tgt = random_tokens(3, 6), random_tokens(6, 5, seed=2)
+    src[0, 4:] = PAD
+    sentences, rows = torch.tensor([0, 2]), torch.tensor([1, 1, 5, 4])
+    with torch.no_grad():
+        src_mask = make_pad_mask(src, PAD)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=2, capacity=2)
+        for t in range(4):
+            model.decode_step(tgt[:, t : t + 1], cache)
+        cache.keep_sentences(sentences, rows)
+        stepped = model.decode_step(tgt[rows, 4:5], cache)
+        kept = sentences.repeat_interleave(2)
+        expected = model.decode(tgt[rows], model.encode(src[kept], src_mask[kept]), src_mask[kept])
+    torch.testing.assert_close(stepped, expected[:, 4].log_softmax(-1), atol=1e-5, rtol=1e-5)
+    assert cache.layers[0].self_k.shape == (4, 2, 5, 8) and cache.src_mask.size(0) == 2
 
 
 def test_tied_embeddings_are_one_matrix(model):

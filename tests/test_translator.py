@@ -73,10 +73,10 @@ def test_precision_follows_the_one_rule_on_cpu(loaded, precision, dtype):
     """bf16 on the CPU runs under bf16 autocast (as training does), not silently fp32: seen in the output layer."""
     model, tokenizer, config, lines = loaded
     seen = []
-    hook = model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    decode = config.replace("decode", precision=precision).decode
+    translator = Translator(model, tokenizer, decode)  # its model: fp32 on the CPU has packed Linear layers
+    hook = translator.model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
     try:
-        decode = config.replace("decode", precision=precision).decode
-        translator = Translator(model, tokenizer, decode)
         assert translator.translate_texts(lines[:1])[0]
     finally:
         hook.remove()

@@ -10,7 +10,7 @@ into token-bounded batches, order restored, truncation and empty-line handling. 
 checkpoint's `decode` section; keyword arguments replace fields of `DecodeConfig` (beam_size, alpha,
 length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as the config is.
 `precision` (default: the checkpoint's `decode.precision`) follows the one rule of precision.py.
-`int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization.
+`int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization (cpu_linear.py).
 """
 
 from __future__ import annotations
@@ -21,24 +21,10 @@ from pathlib import Path
 
 import torch
 
+from transformer.cpu_linear import quantize_int8
 from transformer.errors import UserError
 from transformer.translator import Translation
 from transformer.translator import Translator as _Engine
-
-
-def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` whose nn.Linear layers run in int8 (weights per channel, activations quantized per batch).
-
-    `torch.ao.quantization.quantize_dynamic`, CPU only; embeddings, LayerNorm and attention stay float32.
-    """
-    import copy
-    import warnings
-
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():  # torch >= 2.10 points to torchao; torch.ao still works and needs nothing more
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {torch.nn.Linear}, dtype=torch.qint8)
 
 
 class Translator:

@@ -9,7 +9,6 @@ Masks are boolean and True means "may attend", as `F.scaled_dot_product_attentio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -97,9 +96,12 @@ class MultiHeadAttention(nn.Module):
         """
         dropout_p = self.attention_dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
-        B, H, T, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
-        return self.out_proj(out)
+        return self.merge_heads(out)
+
+    def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """Concat(head_1, ..., head_h) W^O: (B, H, T, Dh) -> (B, T, D)."""
+        B, H, T, Dh = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
 
     def forward(
         self,
@@ -116,44 +118,102 @@ class MultiHeadAttention(nn.Module):
         return self.attend(q, k, v, mask, is_causal)
 
 
-@dataclass
-class LayerCache:
-    """One decoder layer's keys and values: self-attention grows by one position per step, cross is fixed."""
+def step_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
+    """softmax(Q K^T / sqrt(d_k)) V for the few queries of one decoding step, as two batched matrix products.
 
-    self_k: torch.Tensor  # (N, H, t, Dh), t = tokens decoded so far
-    self_v: torch.Tensor  # (N, H, t, Dh)
-    cross_k: torch.Tensor  # (N, H, S, Dh), computed once from the encoder memory
-    cross_v: torch.Tensor  # (N, H, S, Dh)
+    q (B, H, Q, Dh); k, v (B, H, t, Dh), which may be views into a preallocated cache (any stride between rows
+    and heads, Dh contiguous); mask bool, broadcasting to (B, H, Q, t), True = may attend. -> (B, H, Q, Dh).
+    Decoding only (no dropout). `F.scaled_dot_product_attention`'s CPU kernel takes several times longer for one
+    query per row than these two products (docs/benchmarks.md).
+    """
+    B, H, Q, Dh = q.shape
+    t = k.size(2)
+    scores = torch.bmm(q.reshape(B * H, Q, Dh), k.reshape(B * H, t, Dh).transpose(1, 2))  # (B*H, Q, t)
+    scores = scores.view(B, H, Q, t) / math.sqrt(Dh)  # (B, H, Q, t)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1).to(v.dtype).view(B * H, Q, t)  # (B*H, Q, t)
+    return torch.bmm(weights, v.reshape(B * H, t, Dh)).view(B, H, Q, Dh)  # (B, H, Q, Dh)
+
+
+class LayerCache:
+    """One decoder layer's keys and values during incremental decoding.
+
+    Self-attention: keys and values of the t positions decoded so far, per row, in a buffer allocated once for
+    `capacity` positions (doubled if a step needs more): a step writes its position in place, with no copy of the
+    prefix. Cross-attention: keys and values of the encoder memory, once per sentence; the rows of a sentence (its
+    beams) share them.
+    """
+
+    def __init__(self, cross_k: torch.Tensor, cross_v: torch.Tensor, *, rows: int, capacity: int) -> None:
+        B, H, S, Dh = cross_k.shape
+        self.cross_k, self.cross_v = cross_k, cross_v  # (B, H, S, Dh) each
+        self.buffer = cross_k.new_empty(2, rows, H, max(capacity, 1), Dh)  # (2, N, H, T_max, Dh): keys, values
+        self.rows = rows  # rows in use: buffer[:, :rows]
+        self.length = 0  # positions in use: t
+
+    @property
+    def self_k(self) -> torch.Tensor:
+        """(N, H, t, Dh), a view."""
+        return self.buffer[0, : self.rows, :, : self.length]
+
+    @property
+    def self_v(self) -> torch.Tensor:
+        """(N, H, t, Dh), a view."""
+        return self.buffer[1, : self.rows, :, : self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K_cache <- concat(K_cache, k_new); returns the whole keys and values (N, H, t+1, Dh)."""
-        self.self_k = torch.cat([self.self_k, k], dim=2)
-        self.self_v = torch.cat([self.self_v, v], dim=2)
+        """Write k, v (N, H, 1, Dh) at position t; returns the keys and values of positions 0..t (N, H, t+1, Dh)."""
+        if self.length == self.buffer.size(3):
+            grown = self.buffer.new_empty(*self.buffer.shape[:3], 2 * self.length, self.buffer.size(4))
+            grown[:, :, :, : self.length] = self.buffer
+            self.buffer = grown
+        self.buffer[0, : self.rows, :, self.length] = k[:, :, 0]
+        self.buffer[1, : self.rows, :, self.length] = v[:, :, 0]
+        self.length += 1
         return self.self_k, self.self_v
 
+    def gather_rows(self, rows: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
+        """Row i takes row `rows[i]` (N',): copied into `spare` (the used positions only), which then becomes this
+        layer's buffer; returns the old buffer, the next layer's spare. No buffer is allocated."""
+        if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < rows.numel():
+            spare = self.buffer.new_empty(2, max(rows.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
+        used = self.buffer[:, : self.rows, :, : self.length]  # (2, N, H, t, Dh)
+        torch.index_select(used, 1, rows, out=spare[:, : rows.numel(), :, : self.length])
+        old, self.buffer, self.rows = self.buffer, spare, rows.numel()
+        return old
 
-@dataclass
+
 class DecoderCache:
-    """Everything incremental decoding needs between steps; passed to `Transformer.decode_step`, never stored."""
+    """Everything incremental decoding needs between steps; passed to `Transformer.decode_step`, never stored.
 
-    layers: list[LayerCache]
-    src_mask: torch.Tensor  # (N, 1, 1, S) bool
-    position: int = 0  # index of the next target position
+    Rows: N = B*K, the K beams (`beams`) of sentence b in rows b*K .. b*K+K-1. Moving rows copies only the
+    self-attention keys and values of the positions decoded so far, into a spare buffer that then swaps in.
+    """
 
-    def keep_rows(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (N',) of every tensor: sentences expanded to K beams, or finished sentences dropped."""
-        self.rerank_beams(index)
-        for layer in self.layers:
-            layer.cross_k = layer.cross_k.index_select(0, index)
-            layer.cross_v = layer.cross_v.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+    def __init__(self, layers: list[LayerCache], src_mask: torch.Tensor, *, beams: int) -> None:
+        self.layers = layers
+        self.src_mask = src_mask  # (B, 1, 1, S) bool, one per sentence
+        self.beams = beams  # K rows per sentence
+        self.position = 0  # index of the next target position
+        self._spare = torch.empty(0)
 
-    def rerank_beams(self, index: torch.Tensor) -> None:
-        """Beams re-ranked within their sentences: row i takes row `index[i]` (N,) of the same sentence.
+    def rerank_beams(self, rows: torch.Tensor) -> None:
+        """Beams re-ranked within their sentences: row i takes row `rows[i]` (N,) of the same sentence.
 
-        Only the self-attention keys and values move: the cross-attention keys and values and the source mask of
-        the rows of one sentence are already equal, so this saves copying (N, H, S, Dh) twice per layer per step.
+        The cross-attention keys and values and the source mask belong to the sentence and stay where they are.
         """
         for layer in self.layers:
-            layer.self_k = layer.self_k.index_select(0, index)
-            layer.self_v = layer.self_v.index_select(0, index)
+            self._spare = layer.gather_rows(rows, self._spare)
+
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Keep sentences `sentences` (B',), finished ones dropped or (with one row each) repeated; `rows`
+        (B'*K,) the rows they keep, re-ranked in the same copy (default: each kept sentence's rows in order)."""
+        if rows is None:
+            offsets = torch.arange(self.beams, device=sentences.device)  # (K,)
+            rows = (sentences[:, None] * self.beams + offsets).view(-1)  # (B'*K,)
+        self.rerank_beams(rows)
+        for layer in self.layers:
+            layer.cross_k = layer.cross_k.index_select(0, sentences)
+            layer.cross_v = layer.cross_v.index_select(0, sentences)
+        self.src_mask = self.src_mask.index_select(0, sentences)

@@ -3,7 +3,7 @@
 Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
 
 This module depends only on the model's decoding interface (see model.py): `encode`, `init_cache`, `decode_step`,
-`cache.keep_rows`, `cache.rerank_beams`, and the attributes `max_positions` and `pad_id`. The model knows nothing
+`cache.rerank_beams`, `cache.keep_sentences`, and the attributes `max_positions` and `pad_id`. The model knows nothing
 of search.
 
 Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
@@ -89,20 +89,21 @@ def _decode_rows(
     """
     B = src.size(0)
     max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
-    cache = model.init_cache(model.encode(src, src_mask), src_mask)
+    steps = int(max_lens.max().item()) if B else 0
+    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     log_prob = torch.zeros(B, device=src.device)  # (B,)
     lengths = torch.zeros(B, dtype=torch.long, device=src.device)  # (B,) output tokens without EOS
     alive = max_lens > 0  # (B,)
     rows = torch.arange(B, device=src.device)  # (B,) each batch row's index in the input
     done: dict[int, Hypothesis] = {}
-    for step in range(int(max_lens.max().item()) if B else 0):
+    for step in range(steps):
         if drop_finished and not alive.all():
             _collect(done, rows[~alive], tokens[~alive], lengths[~alive], log_prob[~alive])
             keep = alive.nonzero().squeeze(1)  # (B',)
             if keep.numel() == 0:
                 break
-            cache.keep_rows(keep)
+            cache.keep_sentences(keep)
             tokens, log_prob, lengths, alive, max_lens, rows = (
                 t[keep] for t in (tokens, log_prob, lengths, alive, max_lens, rows)
             )
@@ -235,15 +236,16 @@ def _finalise_at_max_length(state: _BeamState, length: int) -> None:
     state.done |= ending
 
 
-def _drop_done(state: _BeamState, rows: torch.Tensor) -> torch.Tensor:
-    """Remove the done sentences from the batch; returns the rows of `rows` (N,) that stay (N',)."""
+def _drop_done(state: _BeamState, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Remove the done sentences from the batch; returns the sentences that stay (B',) and their rows of `rows`
+    (N',)."""
     K = state.scores.size(1)
     keep = (~state.done).nonzero().squeeze(1)  # (B',)
     keep_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)  # (N',)
     state.tokens, state.scores, state.max_lens = state.tokens[keep_rows], state.scores[keep], state.max_lens[keep]
     state.sentence = [state.sentence[b] for b in keep.tolist()]
     state.done = state.done[keep]
-    return rows[keep_rows]
+    return keep, rows[keep_rows]
 
 
 @torch.inference_mode()
@@ -269,8 +271,9 @@ def beam_search(
         score_fn=lambda log_prob, length: log_prob / lp(length, alpha=alpha, kind=length_penalty),
     )
     _finalise_at_max_length(state, 0)
-    cache = model.init_cache(model.encode(src, src_mask), src_mask)
-    cache.keep_rows(_drop_done(state, torch.arange(B, device=device).repeat_interleave(K)))  # each sentence K times
+    capacity = int(state.max_lens.max().item()) if B else 0
+    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=K, capacity=capacity)
+    cache.keep_sentences(*_drop_done(state, torch.arange(B * K, device=device)))  # those with room for no token leave
     step = 0
     while state.sentence:
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
@@ -279,7 +282,7 @@ def beam_search(
         step += 1
         _finalise_at_max_length(state, step)
         if state.done.any():
-            cache.keep_rows(_drop_done(state, rows))  # sentences leave
+            cache.keep_sentences(*_drop_done(state, rows))  # sentences leave, the rest re-ranked in the same copy
         else:
             cache.rerank_beams(rows)
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.attention import LayerCache, MultiHeadAttention
+from transformer.attention import LayerCache, MultiHeadAttention, step_attention
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -95,22 +95,29 @@ class DecoderLayer(_SublayerConnection):
         x = self.residual(x, self.cross_attn_norm, lambda h: self.cross_attn(h, memory, mask=src_mask))
         return self.residual(x, self.ff_norm, self.ff)
 
-    def init_cache(self, memory: torch.Tensor) -> LayerCache:
-        """Cross-attention keys and values, computed once per sentence; an empty self-attention cache."""
+    def init_cache(self, memory: torch.Tensor, *, beams: int, capacity: int) -> LayerCache:
+        """Cross-attention keys and values, computed once per sentence of memory (B, S, D); room for `capacity`
+        positions of self-attention keys and values for each of the B*beams rows."""
         cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
-        empty = cross_k.new_zeros(cross_k.size(0), cross_k.size(1), 0, cross_k.size(3))  # (B, H, 0, Dh)
-        return LayerCache(self_k=empty, self_v=empty, cross_k=cross_k, cross_v=cross_v)
+        return LayerCache(cross_k, cross_v, rows=memory.size(0) * beams, capacity=capacity)
 
     def step(self, x: torch.Tensor, cache: LayerCache, src_mask: torch.Tensor) -> torch.Tensor:
-        """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D)."""
+        """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D).
+
+        src_mask (B, 1, 1, S): N = B*K rows, a sentence's K rows consecutive.
+        """
+        N, _, D = x.shape
+        B = src_mask.size(0)
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
             q, k, v = self.self_attn.project_qkv(h)  # (N, H, 1, Dh) each
             k, v = cache.append(k, v)  # (N, H, t+1, Dh): the prefix is never recomputed
-            return self.self_attn.attend(q, k, v)  # the newest position may see every cached one
+            return self.self_attn.merge_heads(step_attention(q, k, v))  # the newest position sees every cached one
 
         def cross_attention(h: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn.attend(self.cross_attn.project_q(h), cache.cross_k, cache.cross_v, src_mask)
+            q = self.cross_attn.project_q(h.view(B, N // B, D))  # (B, H, K, Dh): a sentence's K rows query together
+            heads = step_attention(q, cache.cross_k, cache.cross_v, src_mask)  # (B, H, K, Dh)
+            return self.cross_attn.merge_heads(heads).view(N, 1, D)
 
         x = self.residual(x, self.self_attn_norm, self_attention)
         x = self.residual(x, self.cross_attn_norm, cross_attention)

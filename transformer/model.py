@@ -4,10 +4,10 @@ Legend: B batch, S source length, T target length, D d_model, V vocabulary, K be
 
     memory = model.encode(src, src_mask)             # (B, S, D)
     logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V) teacher forcing
-    cache  = model.init_cache(memory, src_mask)      # cross-attention K/V once per layer
+    cache  = model.init_cache(memory, src_mask, beams=K, capacity=T_max)  # cross-attention K/V once per sentence
     log_probs = model.decode_step(tokens, cache)     # (N, 1) -> (N, V), appends self-attention K/V
-    cache.keep_rows(index)                           # rows kept or repeated: sentences expanded or dropped
-    cache.rerank_beams(index)                        # beams re-ranked within their sentences
+    cache.rerank_beams(rows)                         # beams re-ranked within their sentences
+    cache.keep_sentences(sentences, rows)            # finished sentences dropped (and the rest re-ranked)
 
 The model knows nothing of search, data or training.
 """
@@ -175,10 +175,11 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------------------- decoding interface
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
-        """Per-layer cross-attention K/V from memory (B, S, D); empty self-attention caches."""
-        layers = [layer.init_cache(memory) for layer in self.decoder.layers]
-        return DecoderCache(layers=layers, src_mask=src_mask)
+    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, *, beams: int, capacity: int) -> DecoderCache:
+        """Per-layer cross-attention K/V from memory (B, S, D), once per sentence; self-attention caches for
+        N = B*beams rows, room for `capacity` target positions (more are allocated if decoding runs longer)."""
+        layers = [layer.init_cache(memory, beams=beams, capacity=capacity) for layer in self.decoder.layers]
+        return DecoderCache(layers, src_mask, beams=beams)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N, 1), the last token of each row -> log-probabilities (N, V) in float32; grows the cache."""

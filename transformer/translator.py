@@ -28,6 +28,7 @@ import torch
 from transformer.attention import avoid_cudnn_attention, make_pad_mask
 from transformer.batching import build_batches
 from transformer.config import CHUNK_LINES, DecodeConfig
+from transformer.cpu_linear import pack_linears
 from transformer.decoding import generate
 from transformer.errors import UserError
 from transformer.precision import autocast, resolve_precision
@@ -74,6 +75,8 @@ class Translator:
         self.tokenizer = tokenizer
         self.settings = decode  # the DecodeConfig (not to be confused with model.decode)
         self.precision = resolve_precision(precision or decode.precision, self.device)  # bf16, fp16 or fp32
+        if self.device.type == "cpu" and self.precision == "fp32":
+            self.model = pack_linears(self.model)  # the same arithmetic, faster on the CPU (cpu_linear.py)
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
     def translate(

@@ -1,0 +1,63 @@
+"""The CPU's packed float32 Linear layers against nn.Linear: the same function, the same decoding, the model kept."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import BOS, EOS, PAD, random_tokens, tiny_model
+from torch import nn
+
+from transformer import cpu_linear
+from transformer.attention import make_pad_mask
+from transformer.cpu_linear import PackedLinear, pack_linears
+from transformer.decoding import beam_search, greedy_decode
+
+needs_packing = pytest.mark.skipif(not cpu_linear.packing_works(), reason="this PyTorch build has no oneDNN ops")
+
+
+@needs_packing
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 16), (3, 1, 16), (2, 5, 16), (0, 16)])
+def test_packed_linear_computes_x_wt_plus_b(bias, shape):
+    linear = nn.Linear(16, 23, bias=bias)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_packing
+def test_pack_linears_leaves_the_model_and_shares_its_parameters():
+    model = tiny_model().eval()
+    packed = pack_linears(model)
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    assert sum(type(m) is PackedLinear for m in packed.modules()) == sum(type(m) is nn.Linear for m in model.modules())
+    assert all(type(m) is not PackedLinear for m in model.modules())  # the given model is untouched
+    assert packed.decoder.embedding.weight is model.decoder.embedding.weight  # shared, not copied
+    assert packed.decoder.layers[0].ff_norm.weight is model.decoder.layers[0].ff_norm.weight
+    assert packed.max_positions == model.max_positions and packed.pad_id == model.pad_id
+
+
+@needs_packing
+def test_packed_model_decodes_the_same_tokens():
+    """Greedy and beam 4 on 40 sources: identical tokens, scores equal to float32 rounding."""
+    model = tiny_model().eval()
+    src = random_tokens(40, 9, seed=3)
+    src[::3, 6:] = PAD
+    mask = make_pad_mask(src, PAD)
+    lengths = dict(bos_id=BOS, eos_id=EOS, max_len_a=1.0, max_len_b=5, min_len=0)
+    beam = dict(beam_size=4, alpha=0.6, length_penalty="gnmt", nbest=4)
+    packed = pack_linears(model)
+    flat = lambda hyps: [h for row in hyps for h in (row if isinstance(row, list) else [row])]  # noqa: E731
+    for search, settings in ((greedy_decode, {}), (beam_search, beam)):
+        expected = flat(search(model, src, mask, **lengths, **settings))
+        got = flat(search(packed, src, mask, **lengths, **settings))
+        assert [h.tokens for h in got] == [h.tokens for h in expected]
+        for a, b in zip(got, expected):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_without_onednn_the_model_is_kept(monkeypatch):
+    monkeypatch.setattr(cpu_linear, "packing_works", lambda: False)
+    model = tiny_model()
+    assert pack_linears(model) is model
