@@ -50,6 +50,7 @@ class ScriptedCache:
 
     def rerank_beams(self, index: torch.Tensor) -> None:  # like DecoderCache: the sources stay put, so a row
         self.prefixes = [self.prefixes[i] for i in index.tolist()]  # moved to another sentence shows
+        self.beams = len(self.prefixes) // max(len(self.sources), 1)
 
     def row_sources(self) -> list[tuple[int, ...]]:
         return [source for source in self.sources for _ in range(self.beams)]
@@ -315,7 +316,8 @@ def test_padded_batch_equals_one_sentence_at_a_time(beam_size):
 
 
 def test_done_sentences_leave_the_batch():
-    """Sources of 2, 4 and 6 tokens, max length = S: the first leaves after 2 steps, the others by 6; as alone."""
+    """Sources of 2, 4 and 6 tokens, max length = S: the first step runs one row per sentence, then K; the first
+    sentence leaves after 2 steps, the others by 6; each result as alone."""
     model, K = random_model(seed=5), 3
     sources = [[A, EOS], [B_, A, C, EOS], [C, C, A, B_, A, EOS]]
     src = torch.tensor([s + [PAD] * (6 - len(s)) for s in sources])
@@ -323,7 +325,8 @@ def test_done_sentences_leave_the_batch():
     model.decode_step = lambda tokens, cache: rows.append(tokens.size(0)) or decode_step(tokens, cache)
     config = DecodeConfig(beam_size=K, nbest=K, max_len_a=1.0, max_len_b=0)
     together = generate(model, src, make_pad_mask(src, PAD), config, **IDS)
-    assert rows[:2] == [3 * K, 3 * K] and rows[2] <= 2 * K and rows == sorted(rows, reverse=True) and len(rows) <= 6
+    assert rows[:2] == [3, 3 * K] and rows[2] <= 2 * K and rows[1:] == sorted(rows[1:], reverse=True)
+    assert len(rows) <= 6
     for source, hyps in zip(sources, together):
         [alone] = generate(model, *one_source(*source[:-1]), config, **IDS)
         assert [(h.tokens, h.score) for h in alone] == [(h.tokens, h.score) for h in hyps]

@@ -199,12 +199,14 @@ class DecoderCache:
         self._spare = torch.empty(0)
 
     def rerank_beams(self, rows: torch.Tensor) -> None:
-        """Beams re-ranked within their sentences: row i takes row `rows[i]` (N,) of the same sentence.
+        """Beams re-ranked within their sentences: row i takes row `rows[i]` (B*K',) of the same sentence; K' may
+        differ from K (beam search's first step turns one row per sentence into K).
 
         The cross-attention keys and values and the source mask belong to the sentence and stay where they are.
         """
         for layer in self.layers:
             self._spare = layer.gather_rows(rows, self._spare)
+        self.beams = rows.numel() // max(self.src_mask.size(0), 1)
 
     def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Keep sentences `sentences` (B',), finished ones dropped or (with one row each) repeated; `rows`
@@ -212,8 +214,9 @@ class DecoderCache:
         if rows is None:
             offsets = torch.arange(self.beams, device=sentences.device)  # (K,)
             rows = (sentences[:, None] * self.beams + offsets).view(-1)  # (B'*K,)
-        self.rerank_beams(rows)
         for layer in self.layers:
+            self._spare = layer.gather_rows(rows, self._spare)
             layer.cross_k = layer.cross_k.index_select(0, sentences)
             layer.cross_v = layer.cross_v.index_select(0, sentences)
         self.src_mask = self.src_mask.index_select(0, sentences)
+        self.beams = rows.numel() // max(sentences.numel(), 1)

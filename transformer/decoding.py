@@ -14,8 +14,9 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
   paper's), "fairseq" |Y|^alpha, "none" 1. |Y| counts the EOS of a finished hypothesis (as fairseq and OpenNMT-py
   count), at least 1.
 - PAD and BOS are never generated; EOS is forbidden before `min_len` output tokens.
-- Beam search follows fairseq's scheme over N = B*K rows with the KV cache (the prefix is never recomputed):
-  scores start [0, -inf, ...] per sentence; each step takes the top 2K of the K x V candidates; an EOS candidate
+- Beam search follows fairseq's scheme over N = B*K rows with the KV cache (the prefix is never recomputed).
+  The first step extends each sentence's one hypothesis (K copies of BOS would be alike, so it runs on B rows) and
+  its K best candidates become the beams. Each step takes the top 2K of the K x V candidates; an EOS candidate
   among the first K ranks finishes (score = log P / lp); the best K non-EOS candidates stay alive, so K stay alive
   while finished ones leave. A sentence is done when it has K finished hypotheses (fairseq's early stop; no bound
   on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
@@ -199,12 +200,16 @@ def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs
         state.finished[state.sentence[b]].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
 
 
-def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (N,)."""
-    B, K = state.scores.shape
+def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) -> torch.Tensor:  # noqa: N803
+    """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (B*K,).
+
+    log_probs (B*K_in, V): K_in alive rows per sentence, 1 at the first step, then K (or fewer while K exceeds the
+    candidates, K_in * V: only with tiny vocabularies).
+    """
+    B, K_in = state.scores.shape
     V = log_probs.size(-1)
-    candidates = (state.scores.view(B * K, 1) + log_probs).view(B, K * V)  # (B, K*V)
-    top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=1)  # (B, 2K)
+    candidates = (state.scores.view(B * K_in, 1) + log_probs).view(B, K_in * V)  # (B, K_in*V)
+    top_scores, top_index = candidates.topk(min(2 * K, K_in * V), dim=1)  # (B, 2K)
     beams, words = top_index // V, top_index % V  # (B, 2K)
     is_eos = words == eos_id  # (B, 2K)
     rank = torch.arange(top_scores.size(1), device=top_scores.device)  # (2K,)
@@ -212,13 +217,13 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int) -> torch
     hits = finishing.nonzero().tolist()
     if hits:
         top_list, beam_list = top_scores.tolist(), beams.tolist()
-        rows = [b * K + beam_list[b][j] for b, j in hits]
+        rows = [b * K_in + beam_list[b][j] for b, j in hits]
         _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
         counts = torch.tensor([len(state.finished[i]) for i in state.sentence], device=state.done.device)  # (B,)
         state.done |= counts >= K
-    alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(K, dim=1)  # (B, K)
-    offsets = torch.arange(B, device=beams.device)[:, None] * K  # (B, 1)
-    rows = (beams.gather(1, keep) + offsets).view(-1)  # (N,)
+    alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(min(K, top_scores.size(1)), dim=1)  # (B, K)
+    offsets = torch.arange(B, device=beams.device)[:, None] * K_in  # (B, 1)
+    rows = (beams.gather(1, keep) + offsets).view(-1)  # (B*K,) rows of log_probs
     state.tokens = torch.cat([state.tokens[rows], words.gather(1, keep).view(-1, 1)], dim=1)  # (N, t+2)
     state.scores = alive_scores  # (B, K)
     return rows
@@ -259,11 +264,9 @@ def beam_search(
     """
     B, K = src.size(0), beam_size
     device = src.device
-    scores = torch.full((B, K), NEG_INF, device=device)  # (B, K)
-    scores[:, 0] = 0.0  # one live hypothesis per sentence, so the K copies do not fill the beam with duplicates
-    state = _BeamState(
-        tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),
-        scores=scores,
+    state = _BeamState(  # one hypothesis per sentence until the first step makes K
+        tokens=torch.full((B, 1), bos_id, dtype=torch.long, device=device),
+        scores=torch.zeros(B, 1, device=device),
         max_lens=max_output_lengths(model, src_mask, max_len_a, max_len_b),
         sentence=list(range(B)),
         finished=[[] for _ in range(B)],
@@ -272,13 +275,13 @@ def beam_search(
     )
     _finalise_at_max_length(state, 0)
     capacity = int(state.max_lens.max().item()) if B else 0
-    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=K, capacity=capacity)
-    cache.keep_sentences(*_drop_done(state, torch.arange(B * K, device=device)))  # those with room for no token leave
+    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=capacity)
+    cache.keep_sentences(*_drop_done(state, torch.arange(B, device=device)))  # those with room for no token leave
     step = 0
     while state.sentence:
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
         log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        rows = _beam_step(state, log_probs, eos_id)  # (N,)
+        rows = _beam_step(state, log_probs, eos_id, K)  # (N,)
         step += 1
         _finalise_at_max_length(state, step)
         if state.done.any():
