@@ -7,7 +7,7 @@ Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around i
 installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
 training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
 (forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`,
-median reported) so that a shared machine slows all alike; ours runs `training.batch_loss`, the trainer's step.
+median reported) so that a shared machine slows all alike; ours runs `optim.batch_loss`, the trainer's step.
 The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
 token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.
@@ -33,8 +33,10 @@ from torch import nn
 from transformer.attention import avoid_cudnn_attention
 from transformer.batching import Batch
 from transformer.config import load_config
+from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
-from transformer.training import autocast, batch_loss, label_smoothed_loss, resolve_precision
+from transformer.optim import batch_loss
+from transformer.precision import autocast, resolve_precision
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -108,7 +110,7 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
 
 
 def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None) -> None:
-    """Forward, label-smoothed loss, backward, Adam step. fused: our `training.batch_loss` (True: the chunked
+    """Forward, label-smoothed loss, backward, Adam step. fused: our `optim.batch_loss` (True: the chunked
     pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`."""
     if fused is None:
         with autocast(precision, batch.src.device):
