@@ -231,7 +231,7 @@ def translate_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")
-    from transformer.inference import run_translate
+    from transformer.commands import run_translate
 
     return run_translate(args)
 
@@ -284,7 +284,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the scores, signatures and what produced them as JSON to this "
                         "file ('-' = standard output, the report then goes to standard error)")  # fmt: skip
     args = parser.parse_args(argv)
-    from transformer.inference import run_evaluate
+    from transformer.commands import run_evaluate
 
     return run_evaluate(args)
 
