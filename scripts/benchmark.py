@@ -7,7 +7,7 @@ Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around i
 installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
 training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
 (forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`,
-median reported) so that a shared machine slows all alike; ours runs `training.batch_loss`, the trainer's step.
+median reported) so that a shared machine slows all alike; ours runs `optim.batch_loss`, the trainer's step.
 The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
 token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.
@@ -33,10 +33,11 @@ from torch import nn
 from transformer.attention import avoid_cudnn_attention
 from transformer.batching import Batch
 from transformer.config import load_config
+from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
-from transformer.training import autocast, batch_loss, label_smoothed_loss, resolve_precision
-
-PAD, BOS, EOS = 0, 2, 3
+from transformer.optim import batch_loss
+from transformer.precision import autocast, resolve_precision
+from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def make_batches(n: int, max_tokens: int, vocab: int, mean_len: int, device: torch.device, seed: int = 0):
@@ -72,7 +73,7 @@ class TorchPeer(nn.Module):
         y = dec.embed(tgt_in)
         T = tgt_in.size(1)
         mask = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)
-        h = self.core(x, y, tgt_mask=mask, src_key_padding_mask=src == PAD, memory_key_padding_mask=src == PAD,
+        h = self.core(x, y, tgt_mask=mask, src_key_padding_mask=src == PAD_ID, memory_key_padding_mask=src == PAD_ID,
                       tgt_is_causal=True)  # fmt: skip
         return self.ours.output_proj(h)
 
@@ -84,8 +85,8 @@ def marian_peer(cfg, vocab: int):
         vocab_size=vocab, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
         decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
         decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        dropout=cfg.dropout, activation_function="relu", pad_token_id=PAD, eos_token_id=EOS,
-        decoder_start_token_id=BOS, max_position_embeddings=1024, scale_embedding=True,
+        dropout=cfg.dropout, activation_function="relu", pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID, max_position_embeddings=1024, scale_embedding=True,
         share_encoder_decoder_embeddings=True,
     )  # fmt: skip
     model = MarianMTModel(config)
@@ -96,7 +97,7 @@ def marian_peer(cfg, vocab: int):
             self.m = model
 
         def forward(self, src, tgt_in):
-            return self.m(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in).logits
+            return self.m(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in).logits
 
     return Wrapped()
 
@@ -108,14 +109,14 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
 
 
 def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None) -> None:
-    """Forward, label-smoothed loss, backward, Adam step. fused: our `training.batch_loss` (True: the chunked
+    """Forward, label-smoothed loss, backward, Adam step. fused: our `optim.batch_loss` (True: the chunked
     pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`."""
     if fused is None:
         with autocast(precision, batch.src.device):
             logits = model(batch.src, batch.tgt_in)
-        loss, _ = label_smoothed_loss(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD)
+        loss, _ = label_smoothed_loss(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD_ID)
     else:
-        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD, fused=fused)
+        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD_ID, fused=fused)
     (loss / batch.n_tgt_tokens).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -195,7 +196,7 @@ def main() -> None:
 
 def build_engines(args, cfg, peers: set[str]) -> dict:
     """{JSON name: (module, fused)}: fused True/False for our model's loss paths, None for a peer."""
-    new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
+    new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
     builders = {"ours": lambda: (new(), True)}
     if "reference" in peers:
         builders["ours_reference_loss"] = lambda: (new(), False)
@@ -216,11 +217,12 @@ def build_engines(args, cfg, peers: set[str]) -> dict:
 
 
 def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
+        return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def run(args) -> dict:
@@ -265,19 +267,7 @@ def run(args) -> dict:
 # ---------------------------------------------------------------------------------------------- decode mode
 
 
-def decode_main(argv: list[str] | None = None) -> None:
-    """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [...]
-
-    Ours against CTranslate2 and HF generate on the same weights (transformer/decode_benchmark.py has the rules);
-    one JSON per search and compute type in --out.
-    """
-    import json
-    import tempfile
-    from datetime import date
-    from pathlib import Path
-
-    from transformer import decode_benchmark as db
-
+def _decode_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmark.py decode", description=decode_main.__doc__)
     parser.add_argument("--checkpoint", help="a trained model: decode its config's data.test split")
     parser.add_argument("--config", default="configs/base.yaml", help="without --checkpoint: a random model's shape")
@@ -296,122 +286,61 @@ def decode_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per engine; the fastest counts")
     parser.add_argument("--shape", help="name of the shape in the JSON (default: from the model)")
     parser.add_argument("--out", default="docs/results")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def decode_main(argv: list[str] | None = None) -> None:
+    """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [...]
+
+    Ours against CTranslate2 and HF generate on the same weights (transformer/decode_benchmark.py has the rules);
+    one JSON per search and compute type in --out.
+    """
+    import tempfile
+
+    from transformer import decode_benchmark as db
+
+    args = _decode_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer, config, sources, references = _decode_inputs(args)
+    model, tokenizer, config, sources, references = db.decode_inputs(
+        args.checkpoint, config_path=args.config, vocab=args.vocab, sentences=args.sentences, src_len=args.src_len
+    )
     c = config.model
     shape = (
         args.shape
         or f"{c.n_encoder_layers}+{c.n_decoder_layers}, d{c.d_model}, ff{c.d_ff}, V{model.output_proj.out_features}"
     )
     batches = db.batches_of(sources, args.batch_size)
-    names = args.engines.split(",")
-    tmp = Path(tempfile.mkdtemp(prefix="decode_bench_"))
-    engines_by_compute = _decode_engines(model, tokenizer, config, names, args, tmp)
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").is_file():
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), cpu)
-    device_name = f"{cpu} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
+    engines_by_compute = db.decode_engines(
+        model, tokenizer, config, args.engines.split(","), args.computes.split(","), threads=args.threads,
+        random_weights=not args.checkpoint, tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")),
+    )  # fmt: skip
+    device = f"{_cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
+    command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
+    common = {"kind": "decode", "device": device, "date": datetime.date.today().isoformat(), "command": command,
+              "shape": shape}  # fmt: skip
     for compute, engines in engines_by_compute.items():
         for beam in map(int, args.beams.split(",")):
             settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
                                          max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
             result = db.time_engines(engines, sources, batches, settings, args.repeats)
-            ours = result.get("ours", {}).get("outputs")
-            record = {"kind": "decode", "device": device_name, "date": date.today().isoformat(),
-                      "command": "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:]),
-                      "shape": shape, "beam": beam, "compute": compute, "sentences": len(sources),
+            engine_results = db.compare_engines(result, tokenizer, references)
+            record = {**common, "beam": beam, "compute": compute, "sentences": len(sources),
                       "batch_size": args.batch_size, "forced_length": args.forced or None,
-                      "settings": vars(settings), "engines": {}}  # fmt: skip
-            for name, r in result.items():
-                entry = {k: r[k] for k in ("tokens_per_s", "seconds", "tokens")}
-                if ours is not None:
-                    entry["same_as_ours"] = round(sum(a == b for a, b in zip(r["outputs"], ours)) / len(ours), 4)
-                if references is not None:
-                    from transformer.evaluation import corpus_scores
-
-                    entry["bleu"] = corpus_scores(tokenizer.decode_tgt(r["outputs"]), references)["bleu"]
-                record["engines"][name] = entry
-            line = ", ".join(f"{n} {e['tokens_per_s']:,.0f} tok/s" + (f" BLEU {e['bleu']:.2f}" if "bleu" in e else "")
-                             + (f" same {e['same_as_ours']:.3f}" if "same_as_ours" in e else "")
-                             for n, e in record["engines"].items())  # fmt: skip
-            print(f"{shape} | {'greedy' if beam == 1 else f'beam {beam}'} | {compute}: {line}", flush=True)
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            slug = "".join(ch if ch.isalnum() else "_" for ch in shape.split()[0])  # "base (6+6, ...)" -> base
-            path = Path(args.out) / f"decode_cpu_{slug}_{'greedy' if beam == 1 else f'beam{beam}'}_{compute}.json"
-            path.write_text(json.dumps(record, indent=2) + "\n")
+                      "settings": vars(settings), "engines": engine_results}  # fmt: skip
+            _write_decode_record(record, Path(args.out))
 
 
-def _decode_inputs(args):
-    """(model, tokenizer, config, sources as id lists, references or None)."""
-    from transformer.checkpoint import build_model, load_checkpoint
-    from transformer.config import load_config
-
-    if args.checkpoint:
-        from transformer.corpus import load_pairs
-
-        model, tokenizer, config = build_model(load_checkpoint(args.checkpoint))
-        texts, references = load_pairs(config.data.test, config.data)
-        ids = tokenizer.encode_src(texts)
-        limit = model.max_positions
-        ids = [row if len(row) <= limit else row[: limit - 1] + [EOS] for row in ids]
-        return model, tokenizer, config, ids, references
-    config = load_config(args.config, [])
-    torch.manual_seed(0)
-    model = Transformer.from_config(config.model, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD)
-    g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(args.src_len // 2, args.src_len * 3 // 2, (args.sentences,), generator=g).tolist()
-    ids = [torch.randint(4, args.vocab, (n - 1,), generator=g).tolist() + [EOS] for n in lengths]
-    return model.eval(), _Pieces(args.vocab), config, ids, None
-
-
-class _Pieces:
-    """A stand-in vocabulary for a random model: piece i is "t<i>" (CTranslate2 needs names, not a tokenizer)."""
-
-    def __init__(self, size: int) -> None:
-        self.src_vocab_size = self.tgt_vocab_size = size
-
-    def src_piece(self, i: int) -> str:
-        return ("<pad>", "<unk>", "<s>", "</s>")[i] if i < 4 else f"t{i}"
-
-    tgt_piece = src_piece
-
-
-def _decode_engines(model, tokenizer, config, names, args, tmp) -> dict:
-    """{compute: {engine name: run function}} for fp32 and int8, on weights exported from `model`."""
-    from transformer import decode_benchmark as db
-    from transformer.cpu_linear import pack_linears, quantize_int8
-
-    computes = args.computes.split(",")
-    out = {c: {} for c in computes}
-    if "ours" in names:
-        for c in computes:
-            out[c]["ours"] = db.ours_engine(pack_linears(model) if c == "fp32" else quantize_int8(model))
-    if "ctranslate2" in names:
-        import ctranslate2
-
-        from transformer.export import export_ctranslate2
-
-        export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
-        for c in computes:
-            translator = ctranslate2.Translator(str(tmp / "ct2"), device="cpu", compute_type="float32" if c == "fp32"
-                                                else "int8", intra_threads=args.threads, inter_threads=1)  # fmt: skip
-            out[c]["ctranslate2"] = db.ct2_engine(translator, tokenizer, suppress=not args.checkpoint)
-    if "hf" in names and "fp32" in computes:
-        from transformer.export import hf_model_from_ours
-
-        hf_dir = tmp / "hf"
-        hf_model_from_ours(model, config).save_pretrained(hf_dir)
-        from transformers import AutoModelForSeq2SeqLM
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
-
-        out["fp32"]["hf"] = db.hf_engine(AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval())
-    return out
+def _write_decode_record(record: dict, out: Path) -> None:
+    """Print one line of tokens/s (BLEU, agreement with ours) and write decode_cpu_<shape>_<search>_<compute>.json."""
+    search = "greedy" if record["beam"] == 1 else f"beam{record['beam']}"
+    line = ", ".join(f"{n} {e['tokens_per_s']:,.0f} tok/s" + (f" BLEU {e['bleu']:.2f}" if "bleu" in e else "")
+                     + (f" same {e['same_as_ours']:.3f}" if "same_as_ours" in e else "")
+                     for n, e in record["engines"].items())  # fmt: skip
+    label = "greedy" if record["beam"] == 1 else f"beam {record['beam']}"
+    print(f"{record['shape']} | {label} | {record['compute']}: {line}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    slug = "".join(ch if ch.isalnum() else "_" for ch in record["shape"].split()[0])  # "base (6+6, ...)" -> base
+    (out / f"decode_cpu_{slug}_{search}_{record['compute']}.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

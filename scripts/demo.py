@@ -58,8 +58,7 @@ def _seconds_per_sentence(config, data, device: str, sample: int = 64) -> float:
     return (time.perf_counter() - start) / max(len(sources), 1)
 
 
-@user_errors_exit_2
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/demo.yaml")
     parser.add_argument("--out", default="runs/demo", help="run directory (replaced)")
@@ -68,49 +67,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time", help="train exactly this long (e.g. 11m) instead of what the budget leaves")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--examples", type=int, default=5, help="test verses to show")
-    args = parser.parse_args(argv)
+    return parser
 
-    import shutil
 
-    import torch
+def _training_seconds(config, data, budget, device: str, fixed: str | None) -> tuple[float, float]:
+    """(seconds to train, seconds kept for the work after training): `fixed` (--time), or what the budget leaves
+    once the final validation and the test split's beam search have been estimated on this machine."""
+    from transformer.budget import estimate_after_training
+    from transformer.config import parse_duration
 
-    from transformer.budget import TimeBudget, estimate_after_training
-    from transformer.checkpoint import load_for_inference
-    from transformer.config import load_config, parse_duration
-    from transformer.data import load_pairs, prepare_data
-    from transformer.evaluation import corpus_scores
-    from transformer.trainer import Trainer
-    from transformer.translator import Translator
-
-    budget = TimeBudget(total=parse_duration(args.budget), started=args.started_at or time.time())
-    config = load_config(args.config, [f"train.out_dir={args.out}", *args.overrides])
-    shutil.rmtree(args.out, ignore_errors=True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    _banner(f"1. SentencePiece vocabulary and data ({budget.describe()}, {device})")
-    data = prepare_data(config)
-    if "test" not in data.splits:
-        raise UserError(f"{args.config} has no data.test split to score the demo on")
     probe = _seconds_per_sentence(config, data, device)
     valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
     valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
     after = estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
-    seconds = parse_duration(args.time) if args.time else budget.training_seconds(after=after)
-    config = config.replace("train", max_time=f"{seconds:.1f}s")
+    return (parse_duration(fixed) if fixed else budget.training_seconds(after=after)), after
 
-    _banner(f"2. Training for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)")
-    result = Trainer(config).run()
-    print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
 
-    _banner(f"3. Translating the held-out test books (beam {config.decode.beam_size}; {budget.describe()})")
-    model, tokenizer, config = load_for_inference(Path(args.out) / "checkpoint_last.pt", device)
+def _translate_test(out: Path, device: str, examples: int) -> tuple[list[str], list[str]]:
+    """The trained model's beam search over the test split into `out`/test.hyp, `examples` verses shown;
+    (hypotheses, references)."""
+    from transformer.checkpoint import load_for_inference
+    from transformer.data import load_pairs
+    from transformer.translator import Translator
+
+    model, tokenizer, config = load_for_inference(out / "checkpoint_last.pt", device)
     sources, references = load_pairs(config.data.test, config.data)
     translator = Translator(model, tokenizer, config.decode, device=device)
     hypotheses = translator.translate_texts(sources)
-    (Path(args.out) / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
+    (out / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    _show_examples(sources, references, hypotheses, examples, config.data.src_lang)
+    return hypotheses, references
 
-    _banner(f"4. Scores on {len(sources)} test verses ({budget.describe()})")
+
+def _report_scores(hypotheses: list[str], references: list[str], result: dict, budget, device: str, args) -> None:
+    """BLEU and chrF with their signatures, written with the run's figures to `--out`/scores.json."""
+    from transformer.evaluation import corpus_scores
+
     scores = corpus_scores(hypotheses, references)
     print(f"BLEU {scores['bleu']:.1f}  {scores['bleu_signature']}")
     print(f"chrF {scores['chrf']:.1f}  {scores['chrf_signature']}")
@@ -123,6 +115,42 @@ def main(argv: list[str] | None = None) -> int:
         f"total {summary['total_minutes']:.1f} min of the {args.budget} budget ({since}); hypotheses, scores.json "
         f"and curves.png in {args.out}"
     )
+
+
+@user_errors_exit_2
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    import shutil
+
+    import torch
+
+    from transformer.budget import TimeBudget
+    from transformer.config import load_config, parse_duration
+    from transformer.data import prepare_data
+    from transformer.trainer import Trainer
+
+    budget = TimeBudget(total=parse_duration(args.budget), started=args.started_at or time.time())
+    config = load_config(args.config, [f"train.out_dir={args.out}", *args.overrides])
+    shutil.rmtree(args.out, ignore_errors=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    _banner(f"1. SentencePiece vocabulary and data ({budget.describe()}, {device})")
+    data = prepare_data(config)
+    if "test" not in data.splits:
+        raise UserError(f"{args.config} has no data.test split to score the demo on")
+    seconds, after = _training_seconds(config, data, budget, device, args.time)
+    config = config.replace("train", max_time=f"{seconds:.1f}s")
+
+    _banner(f"2. Training for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)")
+    result = Trainer(config).run()
+    print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
+
+    _banner(f"3. Translating the held-out test books (beam {config.decode.beam_size}; {budget.describe()})")
+    hypotheses, references = _translate_test(Path(args.out), device, args.examples)
+
+    _banner(f"4. Scores on {len(references)} test verses ({budget.describe()})")
+    _report_scores(hypotheses, references, result, budget, device, args)
     return 0
 
 

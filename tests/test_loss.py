@@ -1,5 +1,5 @@
-"""The chunked label-smoothed loss against `training.label_smoothed_loss` (itself checked against PyTorch's
-`cross_entropy(label_smoothing=...)` in test_training.py), and the pad-free training step against the full one."""
+"""The label-smoothed loss against PyTorch's `cross_entropy(label_smoothing=...)`, the chunked loss against it, and
+the pad-free training step (`optim.batch_loss`, `optim.train_update`) against the full one."""
 
 from __future__ import annotations
 
@@ -7,14 +7,37 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from transformer.batching import Batch
 from transformer.config import ModelConfig, TrainConfig
-from transformer.loss import chunked_label_smoothed_loss
+from transformer.loss import chunked_label_smoothed_loss, label_smoothed_loss
 from transformer.model import Transformer
-from transformer.training import batch_loss, label_smoothed_loss, train_update
+from transformer.optim import batch_loss, train_update
 
 PAD = 0
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_label_smoothed_loss_equals_pytorch(epsilon):
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = PAD
+    loss, nll = label_smoothed_loss(logits, target, epsilon=epsilon, pad_id=PAD)
+    flat = dict(input=logits.flatten(0, 1), target=target.flatten(), ignore_index=PAD, reduction="sum")
+    torch.testing.assert_close(loss, F.cross_entropy(**flat, label_smoothing=epsilon))
+    torch.testing.assert_close(nll, F.cross_entropy(**flat))
+
+
+def test_label_smoothing_target_distribution():
+    """The loss's minimiser is 1 - eps + eps/V on the reference and eps/V elsewhere."""
+    V, eps = 5, 0.1
+    best = torch.full((V,), eps / V)
+    best[2] += 1 - eps
+    logits = best.log().view(1, 1, V).requires_grad_()
+    loss, _ = label_smoothed_loss(logits, torch.tensor([[2]]), epsilon=eps, pad_id=PAD)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert grad.abs().max() < 1e-6
 
 
 def _reference(hidden, weight, target, epsilon):

@@ -105,13 +105,23 @@ def test_stops_on_max_time_and_epochs(tmp_path):
     assert result["reason"] == "max_time" and 2.0 <= result["elapsed"] < 30
 
 
-def test_nan_loss_aborts_with_a_message(tmp_path, capsys):
-    code = train_main(_args(tmp_path, "nan", "train.max_steps=30", "train.lr=1e4", "train.warmup_steps=1",
-                            "train.nan_patience=2"))  # fmt: skip
+def test_nan_loss_aborts_with_a_message(tmp_path, capsys, monkeypatch):
+    """The loss turns NaN from the third micro-batch on (the real forward pass, its value poisoned): with
+    nan_patience 2 the run stops on the second non-finite update in a row, with one line and exit code 2."""
+    from transformer import optim
+
+    real, calls = optim.batch_loss, []
+
+    def poisoned(*args, **kwargs):
+        calls.append(1)
+        loss, nll = real(*args, **kwargs)
+        return (loss * float("nan"), nll) if len(calls) > 2 else (loss, nll)
+
+    monkeypatch.setattr(optim, "batch_loss", poisoned)
+    code = train_main(_args(tmp_path, "nan", "train.max_steps=30", "train.nan_patience=2"))
     err = capsys.readouterr().err
-    if code == 0:  # the model survived the absurd learning rate: nothing to check
-        pytest.skip("no non-finite loss occurred")
     assert code == 2 and "were not finite for 2 updates in a row" in err
+    assert len(calls) < 30  # it stopped early, not at max_steps
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys):
@@ -186,7 +196,7 @@ def _config(tmp_path: Path, cache: Path, *overrides: str):
 def _fake_updates(monkeypatch, outcomes, on_device: bool = False):
     """Replace the update with one that records its learning rate and returns `outcomes(call number)`, as host
     values or (on_device) as tensors, which is how `train_update` reports when it decides skips on the device."""
-    from transformer import training
+    from transformer import optim
 
     calls = []
 
@@ -199,21 +209,21 @@ def _fake_updates(monkeypatch, outcomes, on_device: bool = False):
                 torch.tensor(skipped),
                 torch.tensor(nonfinite),
             )
-            return training.UpdateStats(loss, loss, 10, torch.tensor(1.0), skipped, nonfinite)
-        return training.UpdateStats(1.0, 1.0, 10, 1.0, skipped, nonfinite)
+            return optim.UpdateStats(loss, loss, 10, torch.tensor(1.0), skipped, nonfinite)
+        return optim.UpdateStats(1.0, 1.0, 10, 1.0, skipped, nonfinite)
 
-    monkeypatch.setattr(training, "train_update", update)
+    monkeypatch.setattr(optim, "train_update", update)
     return calls
 
 
 def test_skipped_updates_do_not_advance_the_schedule_or_max_steps(tmp_path, cache, monkeypatch):
     """Updates 2 and 3 are skipped (an fp16 overflow): they keep update 2's rate and do not count toward max_steps."""
-    from transformer import training
+    from transformer import optim
 
     calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), False))
     config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0")
     result = Trainer(config, progress=False).run()
-    assert calls == [training.learning_rate(s, config.train, config.model) for s in (1, 2, 2, 2, 3, 4)]
+    assert calls == [optim.learning_rate(s, config.train, config.model) for s in (1, 2, 2, 2, 3, 4)]
     assert result["step"] == 4 and result["skipped"] == 2
     state = load_checkpoint(tmp_path / "run/checkpoint_last.pt")
     assert state["step"] == 4 and state["progress"]["skipped"] == 2
@@ -355,16 +365,16 @@ def _prefetch_threads() -> list[threading.Thread]:
 def test_prefetching_keeps_the_batch_order_and_records_the_trained_position(tmp_path, cache, monkeypatch, depth):
     """The same micro-batches in the same order with and without the prefetch thread; the checkpoint holds the
     sampler position after the 10 batches trained (5 updates x 2), not after those drawn ahead; no thread is left."""
-    from transformer import training
+    from transformer import optim
 
     def run(prefetch: int, out: str):
         seen = []
 
         def update(net, micro, optimizer, *, lr, **kwargs):
             seen.append([b.indices for b in micro])
-            return training.UpdateStats(1.0, 1.0, 10, 1.0, False, False)
+            return optim.UpdateStats(1.0, 1.0, 10, 1.0, False, False)
 
-        monkeypatch.setattr(training, "train_update", update)
+        monkeypatch.setattr(optim, "train_update", update)
         config = _config(
             tmp_path / out, cache, "train.max_steps=5", "train.accumulation=2", f"train.prefetch={prefetch}"
         )
@@ -402,12 +412,12 @@ def test_device_decided_skips_are_read_where_the_count_matters(tmp_path, cache, 
     """Updates 2 and 3 skipped, reported as device tensors. Read at every log line (log_every 1): the schedule of
     the synced path. Read only at max_steps (4 counted updates): the rate runs ahead by the skips until then, as the
     docs say; the update count, the checkpoint and the skip count are exact either way."""
-    from transformer import training
+    from transformer import optim
 
     calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), n in (2, 3)), on_device=True)
     config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0", f"train.log_every={log_every}")
     result = Trainer(config, progress=False).run()
-    assert calls == [training.learning_rate(s, config.train, config.model) for s in rates]
+    assert calls == [optim.learning_rate(s, config.train, config.model) for s in rates]
     assert result["step"] == 4 and result["skipped"] == 2
     state = load_checkpoint(tmp_path / "run/checkpoint_last.pt")
     assert state["step"] == 4 and state["progress"]["skipped"] == 2
@@ -427,7 +437,7 @@ def test_device_decided_nan_patience_aborts_at_the_next_log_line(tmp_path, cache
 def test_a_run_deciding_skips_on_the_device_equals_the_synced_run(tmp_path, cache, monkeypatch):
     """make_optimizer's CUDA optimizer (fused Adam) on the CPU, with dropout: the device path (no host read per
     update) and the synced path give the same logged losses and the same weights, bit for bit."""
-    from transformer import training
+    from transformer import optim
 
     def fused(model, train):
         return torch.optim.Adam(model.parameters(), lr=0.0, betas=train.adam_betas, eps=train.adam_eps, fused=True)
@@ -436,10 +446,10 @@ def test_a_run_deciding_skips_on_the_device_equals_the_synced_run(tmp_path, cach
         fused(torch.nn.Linear(1, 1), load_config(TINY).train)
     except (RuntimeError, TypeError) as exc:
         pytest.skip(f"no fused Adam on the CPU in this torch: {exc}")
-    monkeypatch.setattr(training, "make_optimizer", fused)
+    monkeypatch.setattr(optim, "make_optimizer", fused)
     common = ["train.max_steps=6", "train.log_every=2"]
     assert train_main(_args(tmp_path, "device", f"data.cache_dir={cache}", *common)) == 0
-    monkeypatch.setattr(training, "skips_on_device", lambda *args: False)
+    monkeypatch.setattr(optim, "skips_on_device", lambda *args: False)
     assert train_main(_args(tmp_path, "synced", f"data.cache_dir={cache}", *common)) == 0
     device, synced = _losses(tmp_path / "device"), _losses(tmp_path / "synced")
     assert sorted(device) == [2, 4, 6] and device == synced

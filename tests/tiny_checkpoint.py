@@ -71,7 +71,7 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
 
     Dimensions all differ (d_model 24, 2 heads, d_ff 40, 2 + 3 layers). Written to folder/checkpoint.pt.
     """
-    from transformer.training import label_smoothed_loss
+    from transformer.loss import label_smoothed_loss
 
     src, tgt = sentences(2000, seed=5), None
     tgt = [" ".join(reversed(s.split())) for s in src]

@@ -54,11 +54,6 @@ class Batch:
     def __len__(self) -> int:
         return len(self.indices)
 
-    @property
-    def n_src_tokens(self) -> int:
-        """Non-pad source tokens (a host-side count, no device sync on CPU tensors)."""
-        return int(self.src.ne(PAD_ID).sum())
-
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         move = lambda t: t.to(device, non_blocking=non_blocking)
         src, tgt_in, tgt_out, tgt_index = (move(t) for t in (self.src, self.tgt_in, self.tgt_out, self.tgt_index))

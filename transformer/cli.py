@@ -76,15 +76,60 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def _parser(prog: str, description: str, examples: str) -> argparse.ArgumentParser:
-    """An argument parser with defaults in --help, examples and where the config keys are documented."""
+HELP = {  # command -> (description, examples): what `transformer-COMMAND --help` says above and below the flags
+    "prepare": (
+        "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
+        "(data.cache_dir); training then reuses it.",
+        "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
+    ),
+    "train": (
+        "Train a Transformer translation model.",
+        "  transformer-train --config demo --set train.max_time=30m\n"
+        "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
+    ),
+    "average": (
+        "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
+        "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
+        "  transformer-average --inputs a.pt b.pt --output avg.pt",
+    ),
+    "translate": (
+        "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
+        "it prompts for one sentence at a time.",
+        '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
+        "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
+        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2",
+    ),
+    "evaluate": (
+        "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
+        "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
+        "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
+        "  transformer-evaluate --checkpoint CKPT --src test.es --ref test.en --metrics bleu chrf ter --json -\n"
+        "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
+        "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
+    ),
+    "export": (
+        "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
+        "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
+        "--quantization int8",
+    ),
+}
+
+
+def _parser(command: str, *arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    """transformer-COMMAND's parser: --version, then the flags each of `arguments` adds, in order; its --help shows
+    every default, the command's HELP text and where the config keys are documented."""
     from transformer import __version__
 
+    description, examples = HELP[command]
     parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=_HelpFormatter,
+        prog=f"transformer-{command}", description=description, formatter_class=_HelpFormatter,
         epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    for add in arguments:
+        add(parser)
     return parser
 
 
@@ -100,14 +145,7 @@ def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None
 @user_errors_exit_2
 def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
-    parser = _parser(
-        "transformer-prepare",
-        "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
-        "(data.cache_dir); training then reuses it.",
-        "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
-    )
-    _config_args(parser)
-    args = parser.parse_args(argv)
+    args = _parser("prepare", _config_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.data import prepare_data
 
@@ -126,23 +164,20 @@ def prepare_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@user_errors_exit_2
-def train_main(argv: list[str] | None = None) -> int:
-    """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
-    parser = _parser(
-        "transformer-train",
-        "Train a Transformer translation model.",
-        "  transformer-train --config demo --set train.max_time=30m\n"
-        "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
-    )
-    _config_args(parser)
+def _train_args(parser: argparse.ArgumentParser) -> None:
+    """transformer-train's own flags, after --config and --set."""
     parser.add_argument("--print-config", action="store_true", help="print the resolved config (YAML) and exit")
     parser.add_argument(
         "--resume", nargs="?", const=True, default=False, metavar="CKPT",
         help="continue exactly from train.out_dir/checkpoint_last.pt, or from CKPT",
     )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
-    args = parser.parse_args(argv)
+
+
+@user_errors_exit_2
+def train_main(argv: list[str] | None = None) -> int:
+    """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
+    args = _parser("train", _config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.trainer import Trainer
 
@@ -157,20 +192,18 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@user_errors_exit_2
-def average_main(argv: list[str] | None = None) -> int:
-    """transformer-average --inputs A.pt B.pt ... --output avg.pt  (or --last N --dir RUN)"""
-    parser = _parser(
-        "transformer-average",
-        "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
-        "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
-        "  transformer-average --inputs a.pt b.pt --output avg.pt",
-    )
+def _average_args(parser: argparse.ArgumentParser) -> None:
+    """The checkpoints to average (listed, or the last of a run directory) and the output."""
     parser.add_argument("--inputs", nargs="+", default=[], help="checkpoints to average")
     parser.add_argument("--dir", help="run directory: average its last --last numbered checkpoints")
     parser.add_argument("--last", type=_count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
-    args = parser.parse_args(argv)
+
+
+@user_errors_exit_2
+def average_main(argv: list[str] | None = None) -> int:
+    """transformer-average --inputs A.pt B.pt ... --output avg.pt  (or --last N --dir RUN)"""
+    args = _parser("average", _average_args).parse_args(argv)
     from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
     from transformer.fileio import check_not_an_input
 
@@ -210,17 +243,8 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-@user_errors_exit_2
-def translate_main(argv: list[str] | None = None) -> int:
-    """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
-    parser = _parser(
-        "transformer-translate",
-        "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
-        "it prompts for one sentence at a time.",
-        '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
-        "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
-        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2",
-    )
+def _translate_args(parser: argparse.ArgumentParser) -> None:
+    """TEXT, the decoding flags, then where lines come from and go, and how many at a time."""
     parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
     _decoding_args(parser)
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
@@ -228,10 +252,16 @@ def translate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument("--chunk-lines", type=_count(1), default=CHUNK_LINES,
                         help="lines read (and sorted) at a time from a pipe")  # fmt: skip
+
+
+@user_errors_exit_2
+def translate_main(argv: list[str] | None = None) -> int:
+    """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
+    parser = _parser("translate", _translate_args)
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")
-    from transformer.inference import run_translate
+    from transformer.commands import run_translate
 
     return run_translate(args)
 
@@ -257,18 +287,9 @@ def _scoring_args(parser: argparse.ArgumentParser) -> None:
                        "(Moses tokenizer with sacremoses installed, else 13a; labelled)")  # fmt: skip
 
 
-@user_errors_exit_2
-def evaluate_main(argv: list[str] | None = None) -> int:
-    """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
-    parser = _parser(
-        "transformer-evaluate",
-        "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
-        "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
-        "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
-        "  transformer-evaluate --checkpoint CKPT --src test.es --ref test.en --metrics bleu chrf ter --json -\n"
-        "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
-        "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
-    )
+def _evaluate_args(parser: argparse.ArgumentParser) -> None:
+    """The decoding flags, what to score (a split, files, a sacreBLEU test set or existing output), the
+    scoring options and the outputs."""
     _decoding_args(parser)
     parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
     parser.add_argument("--src", help="source file to translate (with --ref; '-' = standard input)")
@@ -283,28 +304,29 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         "'-' = standard output, the report then goes to standard error)")  # fmt: skip
     parser.add_argument("--json", help="also write the scores, signatures and what produced them as JSON to this "
                         "file ('-' = standard output, the report then goes to standard error)")  # fmt: skip
-    args = parser.parse_args(argv)
-    from transformer.inference import run_evaluate
+
+
+@user_errors_exit_2
+def evaluate_main(argv: list[str] | None = None) -> int:
+    """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
+    args = _parser("evaluate", _evaluate_args).parse_args(argv)
+    from transformer.commands import run_evaluate
 
     return run_evaluate(args)
+
+
+def _export_args(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint, the format and where to write it."""
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file (config and SentencePiece model inside)")
+    parser.add_argument("--format", required=True, choices=["hf", "ctranslate2"], help="what to write")
+    parser.add_argument("--output", required=True, help="output directory (created; existing files replaced)")
+    parser.add_argument("--quantization", help="ctranslate2 only: int8, int8_float32, float16, ... (default float32)")
 
 
 @user_errors_exit_2
 def export_main(argv: list[str] | None = None) -> int:
     """transformer-export --checkpoint CKPT --format hf|ctranslate2 --output DIR"""
-    parser = _parser(
-        "transformer-export",
-        "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
-        "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
-        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
-        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
-        "--quantization int8",
-    )
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file (config and SentencePiece model inside)")
-    parser.add_argument("--format", required=True, choices=["hf", "ctranslate2"], help="what to write")
-    parser.add_argument("--output", required=True, help="output directory (created; existing files replaced)")
-    parser.add_argument("--quantization", help="ctranslate2 only: int8, int8_float32, float16, ... (default float32)")
-    args = parser.parse_args(argv)
+    args = _parser("export", _export_args).parse_args(argv)
     from transformer.export import export_checkpoint
 
     output = export_checkpoint(args.checkpoint, args.format, args.output, args.quantization)

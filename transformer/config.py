@@ -1,9 +1,10 @@
 """Configuration: frozen dataclasses, YAML loading, dotted overrides and validation.
 
 The dataclasses below hold the only defaults in the project; YAML files may be partial. `load_config` reads a
-file with `yaml.safe_load`, applies `--set section.key=value` overrides, rejects unknown keys (listing the valid
-ones, with a close-match suggestion) and values of the wrong type, and validates each section in `__post_init__`.
-Every problem is raised as `ConfigError` (a `UserError`), which the command-line tools print as one line.
+file with `yaml.safe_load`, applies `--set section.key=value` overrides, builds the dataclasses through
+`transformer.typecheck` (unknown keys, listing the valid ones with a close-match suggestion, and values of the wrong
+type are refused there), and validates each section in `__post_init__`. Every problem is raised as `ConfigError`
+(a `UserError`, in errors.py), which the command-line tools print as one line.
 Relative data paths in a file resolve against the file's folder (`transformer.paths` states the whole rule).
 
 This module imports no torch, so it loads instantly and can be used by any tool.
@@ -12,18 +13,17 @@ This module imports no torch, so it loads instantly and can be used by any tool.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 import yaml
 
-from transformer.errors import UserError
+from transformer.errors import ConfigError
 from transformer.paths import find_config, resolve_split_paths
+from transformer.typecheck import build
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]  # autocast setting; `transformer.precision` states the rule
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
@@ -32,10 +32,6 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 def choices(cls: type, name: str) -> tuple[str, ...]:
     """The allowed values of a `Literal` field, e.g. `choices(DecodeConfig, "length_penalty")` for argparse."""
     return typing.get_args(typing.get_type_hints(cls)[name])
-
-
-class ConfigError(UserError):
-    """An unknown key, a value of the wrong type, or a value out of range."""
 
 
 def _require(ok: bool, message: str) -> None:
@@ -261,87 +257,9 @@ def parse_duration(text: str) -> float:
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
-# ---------------------------------------------------------------------------------------------- typed loading
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check `value` against the annotation `tp`, converting only where it is lossless (int -> float)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:  # Optional[X]: X's own message is the precise one
-            return _coerce(value, options[0], where)
-        for option in options:
-            try:
-                return _coerce(value, option, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where} must be {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        _require(value in args, f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
-    if origin is tuple:
-        ok = isinstance(value, (list, tuple)) and len(value) == len(args)
-        _require(ok, f"{where} must be a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if origin is list:
-        _require(isinstance(value, list), f"{where} must be a list, got {value!r}")
-        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
-    if tp is float:
-        if isinstance(value, str):  # PyYAML reads `5e-4` (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        _require(number, f"{where} must be a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
-        return value
-    if tp is bool:
-        _require(isinstance(value, bool), f"{where} must be true or false, got {value!r}")
-        return value
-    if tp is str:
-        _require(isinstance(value, str), f"{where} must be a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported annotation {tp!r} at {where}")
-
-
-def _build(cls: type, values: Any, where: str) -> Any:
-    """Instantiate dataclass `cls` from a mapping, rejecting unknown keys and wrong types."""
-    if isinstance(values, cls):
-        return values
-    _require(isinstance(values, dict), f"{where or 'the config'} must be a mapping, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    valid = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in values.items():
-        name = f"{where}.{key}" if where else str(key)
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown config key '{name}'{hint}; valid keys: {', '.join(valid)}")
-        kwargs[key] = _coerce(value, hints[key], name)
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where or 'config'}: {exc}") from None
-
-
 def from_dict(values: dict[str, Any]) -> Config:
     """A validated `Config` from a (possibly partial) nested mapping."""
-    return _build(Config, values or {}, "")
+    return build(Config, values or {}, "")
 
 
 def set_dotted(tree: dict[str, Any], override: str) -> None:

@@ -13,6 +13,10 @@ the same settings, which is what makes their outputs comparable token for token:
   (see `ct2_engine`): a trained model never picks them, and CT2's outputs then match ours token for token.
 Tokenization and detokenization are outside the timings. Target tokens/s counts each engine's own output tokens
 (EOS excluded), so identical outputs give identical counts.
+
+`decode_inputs` gives a trained checkpoint's test split or a random model with random sources, `decode_engines`
+the engines on its exported weights, `compare_engines` each one's speed, agreement with ours and BLEU;
+`scripts/benchmark.py decode` parses the options and writes one JSON per search and compute type.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import torch
 
 from transformer.attention import make_pad_mask
 from transformer.decoding import beam_search, greedy_decode
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
 
 
 @dataclass(frozen=True)
@@ -128,3 +132,91 @@ def time_engines(engines: dict[str, Callable], sources, batches, settings: Decod
                 best[name] = {"seconds": round(seconds, 3), "tokens": tokens,
                               "tokens_per_s": round(tokens / seconds, 1), "outputs": outputs}  # fmt: skip
     return best
+
+
+class RandomPieces:
+    """A stand-in vocabulary for a random model: piece i is "t<i>" (CTranslate2 needs names, not a tokenizer)."""
+
+    def __init__(self, size: int) -> None:
+        self.src_vocab_size = self.tgt_vocab_size = size
+
+    def src_piece(self, i: int) -> str:
+        return SPECIAL_PIECES[i] if i < len(SPECIAL_PIECES) else f"t{i}"
+
+    tgt_piece = src_piece
+
+
+def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sentences: int, src_len: int):
+    """(model, tokenizer, config, sources as id lists, references or None): a checkpoint's test split, or without
+    one a random model of `config_path`'s shape and `sentences` random sources of about `src_len` tokens."""
+    from transformer.checkpoint import build_model, load_checkpoint
+    from transformer.config import load_config
+    from transformer.model import Transformer
+
+    if checkpoint:
+        from transformer.corpus import load_pairs
+
+        model, tokenizer, config = build_model(load_checkpoint(checkpoint))
+        texts, references = load_pairs(config.data.test, config.data)
+        ids = tokenizer.encode_src(texts)
+        limit = model.max_positions
+        ids = [row if len(row) <= limit else row[: limit - 1] + [EOS_ID] for row in ids]
+        return model, tokenizer, config, ids, references
+    config = load_config(config_path, [])
+    torch.manual_seed(0)
+    model = Transformer.from_config(config.model, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD_ID)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(src_len // 2, src_len * 3 // 2, (sentences,), generator=g).tolist()
+    ids = [torch.randint(4, vocab, (n - 1,), generator=g).tolist() + [EOS_ID] for n in lengths]
+    return model.eval(), RandomPieces(vocab), config, ids, None
+
+
+def decode_engines(
+    model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp
+) -> dict[str, dict[str, Callable]]:
+    """{compute: {engine name: run function}} for fp32 and int8, on weights exported from `model` into `tmp`."""
+    from transformer.cpu_linear import pack_linears, quantize_int8
+
+    out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
+    if "ours" in names:
+        for c in computes:
+            out[c]["ours"] = ours_engine(pack_linears(model) if c == "fp32" else quantize_int8(model))
+    if "ctranslate2" in names:
+        import ctranslate2
+
+        from transformer.export import export_ctranslate2
+
+        export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
+        for c in computes:
+            translator = ctranslate2.Translator(str(tmp / "ct2"), device="cpu", compute_type="float32" if c == "fp32"
+                                                else "int8", intra_threads=threads, inter_threads=1)  # fmt: skip
+            out[c]["ctranslate2"] = ct2_engine(translator, tokenizer, suppress=random_weights)
+    if "hf" in names and "fp32" in computes:
+        from transformer.export import hf_model_from_ours
+
+        hf_dir = tmp / "hf"
+        hf_model_from_ours(model, config).save_pretrained(hf_dir)
+        from transformers import AutoModelForSeq2SeqLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
+
+        out["fp32"]["hf"] = hf_engine(AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval())
+    return out
+
+
+def compare_engines(result: dict[str, dict], tokenizer, references: list[str] | None) -> dict[str, dict]:
+    """Per engine of `time_engines`' result: tokens/s, seconds and tokens; the share of sentences decoded exactly as
+    ours did (`same_as_ours`, when ours ran) and, with references, sacreBLEU BLEU."""
+    ours = result.get("ours", {}).get("outputs")
+    engines = {}
+    for name, r in result.items():
+        entry = {k: r[k] for k in ("tokens_per_s", "seconds", "tokens")}
+        if ours is not None:
+            entry["same_as_ours"] = round(sum(a == b for a, b in zip(r["outputs"], ours)) / len(ours), 4)
+        if references is not None:
+            from transformer.evaluation import corpus_scores
+
+            entry["bleu"] = corpus_scores(tokenizer.decode_tgt(r["outputs"]), references)["bleu"]
+        engines[name] = entry
+    return engines

@@ -152,6 +152,23 @@ def score_systems(
     "systems": [{"name", "scores": {metric name: {"score", "signature", "detail", and with a paired test "p_value",
     "mean", "ci"}}}]}, metric names as sacreBLEU prints them (BLEU, chrF2, chrF2++, TER).
     """
+    _check_systems(systems, references)
+    if len(systems) > 1 and paired is None:
+        log.info("several systems: scoring each; --paired-bs or --paired-ar tests the differences")
+    options = dict(tokenize=tokenize, lowercase=lowercase, chrf_word_order=chrf_word_order)
+    objects = make_metrics(metrics, references, **options)
+    results = [{"name": name, "scores": _system_scores(objects, hyps)} for name, hyps in systems.items()]
+    record: dict[str, Any] = {"sentences": len(references[0]), "references": len(references), "systems": results}
+    if paired:
+        if len(systems) < 2:
+            raise UserError("a paired test compares systems: give two or more with --hyp BASELINE SYSTEM ...")
+        fresh = make_metrics(metrics, references, **options)
+        record["paired_test"] = _paired_test(systems, results, fresh, paired=paired, paired_n=paired_n)
+    return record
+
+
+def _check_systems(systems: dict[str, list[str]], references: list[list[str]]) -> None:
+    """At least one system and one reference stream, all of the same length."""
     if not references or not systems:
         raise UserError("nothing to score: give at least one system and one reference")
     for ref in references[1:]:
@@ -160,32 +177,32 @@ def score_systems(
     for name, hyps in systems.items():
         if len(hyps) != len(references[0]):
             raise UserError(f"{name} has {len(hyps)} lines but the reference has {len(references[0])}")
-    if len(systems) > 1 and paired is None:
-        log.info("several systems: scoring each; --paired-bs or --paired-ar tests the differences")
-    options = dict(tokenize=tokenize, lowercase=lowercase, chrf_word_order=chrf_word_order)
-    objects = make_metrics(metrics, references, **options)
-    results = []
-    for name, hyps in systems.items():
-        scores = {}
-        for metric in objects.values():
-            score = metric.corpus_score(hyps, None)
-            scores[score.name] = {"score": score.score, "signature": str(metric.get_signature()), "detail": str(score)}
-        results.append({"name": name, "scores": scores})
-    record: dict[str, Any] = {"sentences": len(references[0]), "references": len(references), "systems": results}
-    if paired:
-        if len(systems) < 2:
-            raise UserError("a paired test compares systems: give two or more with --hyp BASELINE SYSTEM ...")
-        from sacrebleu.significance import PairedTest
 
-        fresh = make_metrics(metrics, references, **options)
-        test = PairedTest(list(systems.items()), fresh, references=None, test_type=paired, n_samples=paired_n)
-        signatures, table = test()
-        record["paired_test"] = {"type": paired, "n": test.n_samples, "baseline": next(iter(systems))}
-        for metric_name, signature in signatures.items():
-            for system, result in zip(results, table[metric_name]):
-                values = {k: None if v is None else float(v) for k, v in vars(result).items()}
-                system["scores"][metric_name].update(values, signature=signature.format())
-    return record
+
+def _system_scores(metrics: dict[str, Any], hypotheses: list[str]) -> dict[str, dict[str, Any]]:
+    """One system's corpus scores: metric name as sacreBLEU prints it -> {"score", "signature", "detail"}."""
+    scores = {}
+    for metric in metrics.values():
+        score = metric.corpus_score(hypotheses, None)
+        scores[score.name] = {"score": score.score, "signature": str(metric.get_signature()), "detail": str(score)}
+    return scores
+
+
+def _paired_test(
+    systems: dict[str, list[str]], results: list[dict[str, Any]], metrics: dict[str, Any], *, paired: str,
+    paired_n: int,
+) -> dict[str, Any]:  # fmt: skip
+    """sacreBLEU's `PairedTest` of every system against the first, on unused `metrics` objects: adds "p_value",
+    "mean", "ci" and the test's signature to each of `results`' scores; returns the test's description."""
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest(list(systems.items()), metrics, references=None, test_type=paired, n_samples=paired_n)
+    signatures, table = test()
+    for metric_name, signature in signatures.items():
+        for system, result in zip(results, table[metric_name]):
+            values = {k: None if v is None else float(v) for k, v in vars(result).items()}
+            system["scores"][metric_name].update(values, signature=signature.format())
+    return {"type": paired, "n": test.n_samples, "baseline": next(iter(systems))}
 
 
 def format_systems(record: dict[str, Any]) -> str:

@@ -1,9 +1,11 @@
-"""The label-smoothed cross-entropy (paper section 5.4) computed chunk by chunk from decoder states.
+"""The label-smoothed cross-entropy (paper section 5.4): from full logits, and chunk by chunk from decoder states.
 
-Legend: N rows (the real, non-pad target positions of a batch), D d_model, V vocabulary, C rows per chunk.
+Legend: B batch, T target length, N rows (the real, non-pad target positions of a batch), D d_model, V vocabulary,
+C rows per chunk.
 
-`training.label_smoothed_loss` takes logits (B, T, V) and builds float32 log-probabilities of the same size: for
-the base model, 25k target tokens and V = 37k that is 3.7 GB written and read several times, padding included.
+`label_smoothed_loss` takes logits (B, T, V) and builds float32 log-probabilities of the same size: for the base
+model, 25k target tokens and V = 37k that is 3.7 GB written and read several times, padding included. It is the
+reference, and what validation uses.
 `chunked_label_smoothed_loss` takes the decoder states of the real target positions (N, D) and the output
 projection (V, D) instead. For C rows at a time it computes the logits in the compute dtype, their float32
 log-sum-exp and the loss, and, since the loss is the last operation of the forward pass, the gradients with respect
@@ -22,6 +24,25 @@ import torch
 
 # Rows per chunk: C x V float32 stays near 256 MB (C = 1,813 for V = 37,000), whatever the batch size.
 CHUNK_ELEMENTS = 2**26
+
+
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, *, epsilon: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over the non-pad targets.
+
+    logits (B, T, V) any float dtype, target (B, T) ids. The smoothed target puts 1 - epsilon + epsilon/V on the
+    reference token and epsilon/V on every token of the vocabulary (Szegedy et al. 2016, as in PyTorch's
+    `cross_entropy(label_smoothing=...)` and fairseq): loss = (1 - epsilon) * NLL + epsilon * mean_v(-log p_v).
+    The NLL alone gives the perplexity. Computed in float32 whatever the autocast dtype.
+    """
+    log_probs = logits.float().log_softmax(dim=-1).flatten(0, 1)  # (B*T, V)
+    target = target.flatten()  # (B*T,)
+    keep = target != pad_id
+    nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (B*T,)
+    smooth = -log_probs.mean(dim=-1)  # (B*T,)
+    loss = (1.0 - epsilon) * nll + epsilon * smooth
+    return loss[keep].sum(), nll[keep].sum()
 
 
 def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -78,7 +99,7 @@ def chunked_label_smoothed_loss(
     """Summed label-smoothed loss and summed NLL of `target` under softmax(hidden @ weight^T), in float32.
 
     hidden (N, D) decoder states of the positions to score (pad positions already removed), weight (V, D) the
-    output projection, target (N,) ids. Equals `training.label_smoothed_loss(hidden @ weight.T, target)` in value
+    output projection, target (N,) ids. Equals `label_smoothed_loss(hidden @ weight.T, target)` in value
     and gradient (tested); under autocast the logits are computed in the autocast dtype, as the model's output
     layer would. The NLL carries no gradient. chunk_rows: rows per chunk (default: 2^26 / V).
     """

@@ -140,7 +140,7 @@ def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dic
     from transformer.checkpoint import average_checkpoints, build_model, save_checkpoint
     from transformer.corpus import load_pairs
     from transformer.evaluation import corpus_scores
-    from transformer.training import resolve_precision
+    from transformer.precision import resolve_precision
     from transformer.translator import Translator
 
     if config.data.test is None:
@@ -155,6 +155,56 @@ def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dic
     hypotheses = translator.translate_texts(sources)
     (out_dir / "averaged.test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return corpus_scores(hypotheses, references), len(sources)
+
+
+def train_pieces(
+    config: Config, *, piece_seconds: float, piece_updates: int, max_pieces: int, progress: bool
+) -> dict[str, Any]:
+    """Pieces until the recipe ends, `max_pieces` have run (0 = no limit) or a signal stops one; the state, saved
+    to `<out_dir>/recipe.json` after each piece."""
+    out_dir = Path(config.train.out_dir)
+    state = _read_state(out_dir, config)
+    ran = 0
+    while not state["done"] and (not max_pieces or ran < max_pieces):
+        result = train_piece(config, state, piece_seconds=piece_seconds, piece_updates=piece_updates,
+                             progress=progress)  # fmt: skip
+        state["pieces"].append({k: result[k] for k in ("piece_start_step", "step", "elapsed", "reason")})
+        state.update(step=result["step"], elapsed=result["elapsed"], done=result["done"], best=result["best"])
+        _write_state(out_dir, state)
+        ran += 1
+        if result["reason"] in ("SIGINT", "SIGTERM"):
+            break
+    return state
+
+
+def _training_summary(state: dict[str, Any]) -> dict[str, Any]:
+    """What the results file says of the training: updates, minutes, why it stopped, pieces, best validation."""
+    return {
+        "updates": state["step"],
+        "train_minutes": round(state["elapsed"] / 60, 2),
+        "stop_reason": state["pieces"][-1]["reason"],
+        "pieces": len(state["pieces"]),
+        "best_valid": state.get("best"),
+    }
+
+
+def _test_scores(scores: dict[str, Any]) -> dict[str, Any]:
+    """What the results file says of the test scores: BLEU and chrF (2 decimals), their signatures, BLEU's detail."""
+    return {
+        "test_bleu": round(scores["bleu"], 2),
+        "test_chrf": round(scores["chrf"], 2),
+        "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "bleu_detail": scores["bleu_detail"],
+    }
+
+
+def _write_results(record: dict[str, Any], results_dir: Path) -> Path:
+    """`<results_dir>/<name>.json`, the folder made if need be."""
+    results = results_dir / f"{record['name']}.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return results
 
 
 def run_recipe(
@@ -177,49 +227,23 @@ def run_recipe(
     config = load_config(config_path, overrides)
     if config.train.keep_last <= average_last:  # a piece's off-schedule checkpoint takes one slot for a while
         config = config.replace("train", keep_last=average_last + 1)
-    out_dir = Path(config.train.out_dir)
-    state = _read_state(out_dir, config)
-    ran = 0
-    while not state["done"] and (not max_pieces or ran < max_pieces):
-        result = train_piece(config, state, piece_seconds=piece_seconds, piece_updates=piece_updates,
-                             progress=progress)  # fmt: skip
-        state["pieces"].append({k: result[k] for k in ("piece_start_step", "step", "elapsed", "reason")})
-        state.update(step=result["step"], elapsed=result["elapsed"], done=result["done"], best=result["best"])
-        _write_state(out_dir, state)
-        ran += 1
-        if result["reason"] in ("SIGINT", "SIGTERM"):
-            break
+    pieces = dict(piece_seconds=piece_seconds, piece_updates=piece_updates, max_pieces=max_pieces, progress=progress)
+    state = train_pieces(config, **pieces)
     if not state["done"]:
         log.info("recipe not finished (update %d, %.1f min): run the same command again to continue",
                  state["step"], state["elapsed"] / 60)  # fmt: skip
         return None
+    out_dir = Path(config.train.out_dir)
     paths = checkpoints_to_average(out_dir, save_every=config.train.save_every, last=average_last)
     scores, sentences = score_average(config, out_dir, paths)
     record = {
-        "kind": "bleu",
-        "name": name or Path(config_path).stem,
-        "device": device_name(),
-        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
-        "config": str(config_path),
-        "overrides": list(overrides),
-        "command": command,
-        "updates": state["step"],
-        "train_minutes": round(state["elapsed"] / 60, 2),
-        "stop_reason": state["pieces"][-1]["reason"],
-        "pieces": len(state["pieces"]),
-        "best_valid": state.get("best"),
-        "averaged": [p.name for p in paths],
-        "test_sentences": sentences,
-        "decode": config.to_dict()["decode"],
-        "test_bleu": round(scores["bleu"], 2),
-        "test_chrf": round(scores["chrf"], 2),
-        "bleu_signature": scores["bleu_signature"],
-        "chrf_signature": scores["chrf_signature"],
-        "bleu_detail": scores["bleu_detail"],
-    }
-    results = Path(results_dir) / f"{record['name']}.json"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        "kind": "bleu", "name": name or Path(config_path).stem, "device": device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "config": str(config_path),
+        "overrides": list(overrides), "command": command, **_training_summary(state),
+        "averaged": [p.name for p in paths], "test_sentences": sentences, "decode": config.to_dict()["decode"],
+        **_test_scores(scores),
+    }  # fmt: skip
+    results = _write_results(record, Path(results_dir))
     log.info("test BLEU %.2f, chrF %.2f (%s); written to %s", scores["bleu"], scores["chrf"], scores["bleu_signature"],
              results)  # fmt: skip
     return record

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from transformer import training
+from transformer import optim
 from transformer.checkpoint import load_checkpoint, load_weights, model_state
 from transformer.config import Config, parse_duration
 from transformer.distributed import (
@@ -25,6 +25,7 @@ from transformer.distributed import (
 )
 from transformer.errors import UserError
 from transformer.fileio import RunLock
+from transformer.precision import resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
             "or raise the second"
         )
     rank, world, device = init_distributed()
-    precision = training.resolve_precision(cfg.precision, device)  # before any work
+    precision = resolve_precision(cfg.precision, device)  # before any work
     if rank == 0:
         RunLock(Path(cfg.out_dir)).check()  # refuse a busy run directory now; Trainer.run() takes the lock
     if cfg.threads:
@@ -97,8 +98,8 @@ def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]
         world_size=world, buckets=cfg.length_buckets,
     )  # fmt: skip
     mean_tokens = float(np.sum(split.tgt_lengths)) / max(len(sampler) * world, 1)
-    accumulation = cfg.accumulation or training.micro_batch_count(cfg.update_tokens, mean_tokens, world)
-    too_big = training.update_size_warning(cfg.update_tokens, cfg.max_tokens, mean_tokens, world, accumulation)
+    accumulation = cfg.accumulation or optim.micro_batch_count(cfg.update_tokens, mean_tokens, world)
+    too_big = optim.update_size_warning(cfg.update_tokens, cfg.max_tokens, mean_tokens, world, accumulation)
     if too_big and rank == 0:
         log.warning(too_big)
     return sampler, accumulation
@@ -162,7 +163,7 @@ def build_run(config: Config, *, resume: bool | str = False, progress: bool = Tr
         config.model, src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size,
         pad_id=PAD_ID,
     ).to(device)  # fmt: skip
-    optimizer = training.make_optimizer(model, cfg)
+    optimizer = optim.make_optimizer(model, cfg)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     run = RunSetup(rank, world, device, precision, data, sampler, accumulation, model, optimizer, scaler, model, None)
     if resume:

@@ -1,6 +1,6 @@
 """Training statistics between two log lines, and the skip flags the host has not read yet.
 
-Where `training.train_update` decides skips on the device (`training.skips_on_device`: a fused Adam, bf16 or fp32
+Where `optim.train_update` decides skips on the device (`optim.skips_on_device`: a fused Adam, bf16 or fp32
 on CUDA) its statistics are () device tensors. The trainer then counts every update as applied and reads the flags
 (`PendingSkips.read`, one sync) only where the exact count matters: at log, validation and save points, at
 max_steps, and before a checkpoint. So the update count, those points and checkpoints are the same as with a sync
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from transformer.errors import UserError
-from transformer.training import UpdateStats
+from transformer.optim import UpdateStats
 
 
 class StatsWindow:

@@ -1,4 +1,4 @@
-"""The training loop (the paper's section 5): updates of `training.train_update` on what `run_setup.build_run`
+"""The training loop (the paper's section 5): updates of `optim.train_update` on what `run_setup.build_run`
 set up, with validation and early stopping (validation.py), rotating checkpoints (checkpoint.py), exact resume,
 signals and progress. One process per device; under `torchrun` the processes form a DDP group and rank 0 alone
 logs and writes.
@@ -19,7 +19,7 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from transformer import training
+from transformer import optim
 from transformer.checkpoint import save_rotating
 from transformer.config import Config, parse_duration, save_config
 from transformer.distributed import any_rank, barrier
@@ -178,9 +178,9 @@ class Trainer:
             if not drawn:  # the source is exhausted (the thread is done with the sampler): its final state
                 self.sampler_trained = self.sampler.state_dict()
                 return "max_epochs"
-            stats = training.train_update(
+            stats = optim.train_update(
                 run.net, [batch for _, batch in drawn], self.optimizer,
-                lr=training.learning_rate(self.step + 1, cfg, self.config.model), train=cfg,
+                lr=optim.learning_rate(self.step + 1, cfg, self.config.model), train=cfg,
                 precision=run.precision, scaler=run.scaler, pad_id=self.model.pad_id,
             )  # fmt: skip
             self.sampler_trained = drawn[-1][0]

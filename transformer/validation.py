@@ -12,13 +12,29 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from transformer import training
 from transformer.checkpoint import model_state, save_checkpoint
 from transformer.config import Config
 from transformer.distributed import any_rank
+from transformer.loss import label_smoothed_loss
 from transformer.plotting import plot_run
+from transformer.precision import autocast
 
 log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def evaluate_loss(model, batches, *, precision: str, pad_id: int, epsilon: float) -> tuple[float, float]:
+    """(label-smoothed loss, NLL) per target token over `batches`; the model is left in train mode."""
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    tokens = 0
+    for batch in batches:
+        with autocast(precision, batch.src.device):
+            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out, epsilon=epsilon, pad_id=pad_id)
+        loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
+    model.train()
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)
 
 
 def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
@@ -29,8 +45,8 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
     sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
                                 shuffle=False)  # fmt: skip
     batches = (collate(split, indices).to(device) for indices in sampler)
-    loss, nll = training.evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
-                                       epsilon=config.train.label_smoothing)  # fmt: skip
+    loss, nll = evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
+                              epsilon=config.train.label_smoothing)  # fmt: skip
     record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
     if config.train.valid_bleu and split.src_text is not None:
         from transformer.evaluation import corpus_scores

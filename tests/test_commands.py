@@ -1,4 +1,4 @@
-"""transformer-translate and transformer-evaluate end to end on a tiny checkpoint (inference.py and cli.py)."""
+"""transformer-translate and transformer-evaluate end to end on a tiny checkpoint (commands.py and cli.py)."""
 
 from __future__ import annotations
 
@@ -189,9 +189,9 @@ def test_evaluate_refuses_to_write_over_a_file_of_any_corpus(tmp_path):
     """The outputs-are-not-inputs check covers every kind's files, a `corpora:` list's included."""
     import argparse
 
+    from transformer.commands import _check_outputs
     from transformer.config import Config, DataConfig, SplitConfig
     from transformer.errors import UserError
-    from transformer.inference import _check_outputs
 
     tsv = tmp_path / "b.tsv"
     tsv.write_text("x\ty\n")

@@ -1,9 +1,11 @@
-"""Training mechanics (paper section 5): the learning-rate schedule, the label-smoothed loss, the optimizer,
-mixed precision, and one optimizer update accumulated over micro-batches and devices.
+"""The paper's section 5.3, Optimizer: Adam, the learning-rate schedule, and one optimizer update accumulated over
+micro-batches and devices (its forward pass, the label-smoothed loss of `transformer.loss`, included).
 
-Legend: B batch, T target length, V vocabulary.
+Legend: B batch, T target length, N non-pad target positions, D d_model, V vocabulary.
 
-The driver that wires data, checkpoints and validation around these pieces is `transformer.trainer`.
+Named as `torch.optim` is, for what it holds: what one optimizer step needs (its learning rate, its optimizer, how
+many micro-batches make it, and the step itself, with mixed precision and the skip of a non-finite update). The
+driver that wires data, checkpoints and validation around these pieces is `transformer.trainer`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, TrainConfig
-from transformer.loss import chunked_label_smoothed_loss
-from transformer.precision import autocast, resolve_precision  # noqa: F401 (their home is precision.py)
+from transformer.loss import chunked_label_smoothed_loss, label_smoothed_loss
+from transformer.precision import autocast
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -44,25 +46,6 @@ def learning_rate(step: int, train: TrainConfig, model: ModelConfig) -> float:
     if train.lr_schedule == "noam":
         return noam_lr(step, d_model=model.d_model, warmup_steps=train.warmup_steps, scale=train.lr_scale)
     return inverse_sqrt_lr(step, peak_lr=train.lr, warmup_steps=train.warmup_steps)
-
-
-def label_smoothed_loss(
-    logits: torch.Tensor, target: torch.Tensor, *, epsilon: float, pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over the non-pad targets.
-
-    logits (B, T, V) any float dtype, target (B, T) ids. The smoothed target puts 1 - epsilon + epsilon/V on the
-    reference token and epsilon/V on every token of the vocabulary (Szegedy et al. 2016, as in PyTorch's
-    `cross_entropy(label_smoothing=...)` and fairseq): loss = (1 - epsilon) * NLL + epsilon * mean_v(-log p_v).
-    The NLL alone gives the perplexity. Computed in float32 whatever the autocast dtype.
-    """
-    log_probs = logits.float().log_softmax(dim=-1).flatten(0, 1)  # (B*T, V)
-    target = target.flatten()  # (B*T,)
-    keep = target != pad_id
-    nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (B*T,)
-    smooth = -log_probs.mean(dim=-1)  # (B*T,)
-    loss = (1.0 - epsilon) * nll + epsilon * smooth
-    return loss[keep].sum(), nll[keep].sum()
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -168,14 +151,8 @@ def train_update(
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     (total_tokens,) = _all_reduce_sum([float(sum(b.n_tgt_tokens for b in micro_batches))], device)
     optimizer.zero_grad(set_to_none=True)
-    loss_sum = nll_sum = torch.zeros((), device=device)
-    for i, batch in enumerate(micro_batches):
-        with _sync_context(model, last=i == len(micro_batches) - 1):
-            loss, nll = batch_loss(model, batch, precision=precision, epsilon=train.label_smoothing, pad_id=pad_id,
-                                   fused=train.fused_loss)  # fmt: skip
-            scaled = loss * (world / total_tokens)
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()
+    loss_sum, nll_sum = _accumulate_gradients(model, micro_batches, world / total_tokens, train=train,
+                                              precision=precision, scaler=scaler, pad_id=pad_id)  # fmt: skip
     if skips_on_device(optimizer, scaler):
         sums = torch.stack([loss_sum, nll_sum]).double()  # (2,) float64, read by nobody until the trainer logs
         if world > 1:
@@ -185,6 +162,23 @@ def train_update(
     loss_total, nll_total = _all_reduce_sum([loss_sum.item(), nll_sum.item()], device)
     stats = UpdateStats(loss_total / total_tokens, nll_total / total_tokens, int(total_tokens), math.nan, False)
     return _apply_update(model, optimizer, lr=lr, train=train, scaler=scaler, stats=stats)
+
+
+def _accumulate_gradients(
+    model: nn.Module, micro_batches: Sequence, factor: float, *, train: TrainConfig, precision: str,
+    scaler: torch.amp.GradScaler | None, pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Forward and backward over the micro-batches, each loss scaled by `factor` (W / the update's target tokens)
+    before its backward pass; DDP all-reduces on the last one. Returns the summed loss and NLL, () on the device."""
+    loss_sum = nll_sum = torch.zeros((), device=micro_batches[0].src.device)
+    for i, batch in enumerate(micro_batches):
+        with _sync_context(model, last=i == len(micro_batches) - 1):
+            loss, nll = batch_loss(model, batch, precision=precision, epsilon=train.label_smoothing, pad_id=pad_id,
+                                   fused=train.fused_loss)  # fmt: skip
+            scaled = loss * factor
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()
+    return loss_sum, nll_sum
 
 
 def _apply_update(model, optimizer, *, lr: float, train: TrainConfig, scaler, stats: UpdateStats) -> UpdateStats:
@@ -256,18 +250,3 @@ def update_size_warning(
         f"({update_tokens:,}); lower train.max_tokens to about {max_tokens * update_tokens / expected:,.0f} to "
         "honour it, or raise train.update_tokens and retune the learning rate"
     )
-
-
-@torch.no_grad()
-def evaluate_loss(model: nn.Module, batches, *, precision: str, pad_id: int, epsilon: float) -> tuple[float, float]:
-    """(label-smoothed loss, NLL) per target token over `batches`; the model is left in train mode."""
-    model.eval()
-    loss_sum = nll_sum = 0.0
-    tokens = 0
-    for batch in batches:
-        with autocast(precision, batch.src.device):
-            logits = model(batch.src, batch.tgt_in)
-        loss, nll = label_smoothed_loss(logits, batch.tgt_out, epsilon=epsilon, pad_id=pad_id)
-        loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
-    model.train()
-    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1)

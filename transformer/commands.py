@@ -1,4 +1,5 @@
-"""The work of `transformer-translate` and `transformer-evaluate` (cli.py parses their arguments).
+"""The work of `transformer-translate` and `transformer-evaluate`, the commands that run a trained checkpoint
+(cli.py parses their arguments; the other commands' work is in data.py, trainer.py, checkpoint.py and export.py).
 
 Settings, lowest to highest precedence: the config stored in the checkpoint, then `--config F` (its sections
 replace the checkpoint's key by key; a split such as `data.test` is replaced whole), then `--set key=value`, then

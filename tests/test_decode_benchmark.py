@@ -1,0 +1,45 @@
+"""decode_benchmark.py: the decode benchmark's inputs, and its matched settings, checked by CTranslate2 decoding a
+random model's exported weights exactly as our search does (greedy and beam), lengths forced as for random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from transformer import decode_benchmark as db
+from transformer.tokenizer import EOS_ID, SPECIAL_PIECES
+
+TINY = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+
+
+def _random_inputs():
+    return db.decode_inputs(None, config_path=TINY, vocab=50, sentences=6, src_len=8)
+
+
+def test_random_inputs_are_reproducible_and_end_with_eos():
+    model, pieces, _, sources, references = _random_inputs()
+    assert sources == _random_inputs()[3] and references is None and not model.training
+    for row in sources:
+        assert 4 <= len(row) < 12 and row[-1] == EOS_ID and all(4 <= i < 50 for i in row[:-1])
+    assert [pieces.tgt_piece(i) for i in range(6)] == [*SPECIAL_PIECES, "t4", "t5"]
+
+
+def test_compare_engines_counts_sentences_decoded_as_ours():
+    timing = {"tokens_per_s": 10.0, "seconds": 1.0, "tokens": 10}
+    result = {"ours": {**timing, "outputs": [[5], [6, 7]]}, "other": {**timing, "outputs": [[5], [6]]}}
+    engines = db.compare_engines(result, tokenizer=None, references=None)
+    assert engines == {"ours": {**timing, "same_as_ours": 1.0}, "other": {**timing, "same_as_ours": 0.5}}
+
+
+def test_ctranslate2_decodes_as_ours(tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, pieces, config, sources, _ = _random_inputs()
+    engines = db.decode_engines(model, pieces, config, ["ours", "ctranslate2"], ["fp32"], threads=1,
+                                random_weights=True, tmp=tmp_path)["fp32"]  # fmt: skip
+    batches = db.batches_of(sources, 4)
+    for beam in (1, 2):
+        settings = db.DecodeSettings(beam=beam, alpha=1.0, max_len_a=1.2, max_len_b=10, forced=5)
+        result = db.time_engines(engines, sources, batches, settings, repeats=1)
+        assert result["ours"]["outputs"] == result["ctranslate2"]["outputs"], beam
+        assert all(len(hyp) == 5 for hyp in result["ours"]["outputs"])
