@@ -1,12 +1,13 @@
-"""`make demo`: train on the bundled Bible corpus, translate held-out verses, and score the test books.
+"""`make demo`: train on the bundled Bible corpus, then translate and score the held-out test books.
 
     python scripts/demo.py --config configs/demo.yaml --out runs/demo --budget 15m --started-at EPOCH_SECONDS
 
 The budget is a total: everything from `--started-at` (`make demo` passes the time before `make setup`) to the
 scores fits in it. Stages, each visible and each header showing the budget left: SentencePiece training and
 encoding (cached); training with a progress bar for whatever is left once the work after it has been estimated
-(`transformer/budget.py`; `--time` fixes it instead); Spanish test verses beside the reference and the model's
-English; BLEU and chrF (sacrebleu) on the whole test split with beam search. Uses a GPU when there is one.
+(`transformer/budget.py`; `--time` fixes it instead); `transformer-evaluate --checkpoint <out>/checkpoint_last.pt`
+itself (beam search over the whole test split, hypotheses in <out>/checkpoint_last.test.hyp, sacreBLEU's report);
+Spanish test verses beside the reference and the model's English, then BLEU and chrF. Uses a GPU when there is one.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
         print()
 
 
-def _seconds_per_sentence(config, data, device: str, sample: int = 64) -> float:
-    """Beam search timed now, on this machine, with the untrained model over `sample` test sentences spread
-    through the split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
+def _seconds_per_sentence(config, data, device, sample: int = 64) -> float:
+    """The evaluation's beam search (a `Translator` with the config's decode settings, on the device evaluate
+    picks) timed now, on this machine, with the untrained model over `sample` test sentences spread through the
+    split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
     import torch
 
     from transformer.model import Transformer
@@ -70,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _training_seconds(config, data, budget, device: str, fixed: str | None) -> tuple[float, float]:
+def _training_seconds(config, data, budget, device, fixed: str | None) -> tuple[float, float]:
     """(seconds to train, seconds kept for the work after training): `fixed` (--time), or what the budget leaves
     once the final validation and the test split's beam search have been estimated on this machine."""
     from transformer.budget import estimate_after_training
@@ -83,38 +85,37 @@ def _training_seconds(config, data, budget, device: str, fixed: str | None) -> t
     return (parse_duration(fixed) if fixed else budget.training_seconds(after=after)), after
 
 
-def _translate_test(out: Path, device: str, examples: int) -> tuple[list[str], list[str]]:
-    """The trained model's beam search over the test split into `out`/test.hyp, `examples` verses shown;
-    (hypotheses, references)."""
-    from transformer.checkpoint import load_for_inference
-    from transformer.data import load_pairs
-    from transformer.translator import Translator
+def _score_test(args, config, result: dict, budget) -> int:
+    """Stages 3 and 4: `transformer-evaluate --checkpoint <out>/checkpoint_last.pt --json <out>/scores.json` itself
+    (cli.evaluate_main: beam search over the test split, its hypotheses next to the checkpoint, its report), then a
+    few test verses from its hypotheses file and its BLEU and chrF; evaluate's exit code."""
+    from transformer.cli import evaluate_main
+    from transformer.corpus import load_pairs
 
-    model, tokenizer, config = load_for_inference(out / "checkpoint_last.pt", device)
-    sources, references = load_pairs(config.data.test, config.data)
-    translator = Translator(model, tokenizer, config.decode, device=device)
-    hypotheses = translator.translate_texts(sources)
-    (out / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    _show_examples(sources, references, hypotheses, examples, config.data.src_lang)
-    return hypotheses, references
+    out = Path(args.out)
+    checkpoint, scores_json = out / "checkpoint_last.pt", out / "scores.json"
+    _banner(f"3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint {checkpoint} "
+            f"(beam {config.decode.beam_size}; {budget.describe()})")  # fmt: skip
+    code = evaluate_main(["--checkpoint", str(checkpoint), "--json", str(scores_json)])
+    if code:
+        return code  # evaluate has said why
+    record = json.loads(scores_json.read_text(encoding="utf-8"))
+    sources, references = load_pairs(config.data.test, config.data)  # what evaluate translated, in order
+    hypotheses = Path(record["hypotheses"]).read_text(encoding="utf-8").splitlines()
 
-
-def _report_scores(hypotheses: list[str], references: list[str], result: dict, budget, device: str, args) -> None:
-    """BLEU and chrF with their signatures, written with the run's figures to `--out`/scores.json."""
-    from transformer.evaluation import corpus_scores
-
-    scores = corpus_scores(hypotheses, references)
-    print(f"BLEU {scores['bleu']:.1f}  {scores['bleu_signature']}")
-    print(f"chrF {scores['chrf']:.1f}  {scores['chrf_signature']}")
-    summary = {**scores, "updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
-               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60,
-               "device": device}  # fmt: skip
-    (Path(args.out) / "scores.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _banner(f"4. Scores on {len(references)} test verses ({budget.describe()})")
+    _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
+    print(f"BLEU {record['bleu']:.1f}  {record['bleu_signature']}")
+    print(f"chrF {record['chrf']:.1f}  {record['chrf_signature']}")
+    record |= {"updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
+               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60}  # fmt: skip
+    scores_json.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     since = "setup included" if args.started_at else "since this script started"
     print(
-        f"total {summary['total_minutes']:.1f} min of the {args.budget} budget ({since}); hypotheses, scores.json "
+        f"total {record['total_minutes']:.1f} min of the {args.budget} budget ({since}); hypotheses, scores.json "
         f"and curves.png in {args.out}"
     )
+    return 0
 
 
 @user_errors_exit_2
@@ -123,17 +124,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import shutil
 
-    import torch
-
     from transformer.budget import TimeBudget
     from transformer.config import load_config, parse_duration
     from transformer.data import prepare_data
     from transformer.trainer import Trainer
+    from transformer.translator import pick_device
 
     budget = TimeBudget(total=parse_duration(args.budget), started=args.started_at or time.time())
     config = load_config(args.config, [f"train.out_dir={args.out}", *args.overrides])
     shutil.rmtree(args.out, ignore_errors=True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = pick_device()  # as transformer-evaluate picks it: CUDA when present
 
     _banner(f"1. SentencePiece vocabulary and data ({budget.describe()}, {device})")
     data = prepare_data(config)
@@ -146,12 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     result = Trainer(config).run()
     print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
 
-    _banner(f"3. Translating the held-out test books (beam {config.decode.beam_size}; {budget.describe()})")
-    hypotheses, references = _translate_test(Path(args.out), device, args.examples)
-
-    _banner(f"4. Scores on {len(references)} test verses ({budget.describe()})")
-    _report_scores(hypotheses, references, result, budget, device, args)
-    return 0
+    return _score_test(args, config, result, budget)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`make demo`'s pipeline end to end on a tiny budget: every stage produces its output."""
+"""`make demo`'s pipeline end to end on a tiny budget: every stage produces its output, and its scores are
+`transformer-evaluate`'s on the checkpoint it trained."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_demo_pipeline_on_a_tiny_budget(tmp_path):
+def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     out = tmp_path / "demo"
     cmd = [sys.executable, "scripts/demo.py", "--config", "configs/tiny.yaml", "--out", str(out), "--time", "3s",
            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.max_steps=0",
@@ -23,16 +24,34 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left", "2. Training for 0.1 min",
-                  "3. Translating the held-out test books", "4. Scores on 40 test verses"):  # fmt: skip
+                  "3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint",
+                  "4. Scores on 40 test verses"):  # fmt: skip
         assert stage in result.stdout
     assert "min left)" in result.stdout.split("3. Translating")[1].splitlines()[0]  # each header: the budget left
     assert "training" in result.stderr and "SentencePiece" in result.stderr  # the tokenizer and the progress
-    assert "es  | " in result.stdout and "ref | " in result.stdout and "mt  | " in result.stdout
-    assert "BLEU" in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
+    stage_4 = result.stdout.split("4. Scores on")[1]
+    assert "es  | " in stage_4 and "ref | " in stage_4 and "mt  | " in stage_4
     scores = json.loads((out / "scores.json").read_text())
-    assert scores["reason"] == "max_time" and 0 <= scores["bleu"] <= 100 and scores["budget_minutes"] == 15
-    assert len((out / "test.hyp").read_text().splitlines()) == 40
+    assert scores["reason"] == "max_time" and scores["budget_minutes"] == 15
+    hypotheses = (out / "checkpoint_last.test.hyp").read_text(encoding="utf-8")
+    assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "checkpoint_last.test.hyp")
     assert {"checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
+    # the last lines: BLEU and chrF, as the scores file has them
+    assert f"\nBLEU {scores['bleu']:.1f}  {scores['bleu_signature']}\n" in stage_4
+    assert f"\nchrF {scores['chrf']:.1f}  {scores['chrf_signature']}\n" in stage_4
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+    # `transformer-evaluate --checkpoint <out>/checkpoint_last.pt` run afresh: the same hypotheses file, scores and
+    # signatures, and the same report the demo printed in stage 3
+    from transformer.cli import evaluate_main
+
+    assert evaluate_main(["--checkpoint", str(out / "checkpoint_last.pt"), "--json", str(tmp_path / "eval.json")]) == 0
+    report = capsys.readouterr().out
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert (out / "checkpoint_last.test.hyp").read_text(encoding="utf-8") == hypotheses
+    assert evaluated == {k: v for k, v in scores.items() if k in evaluated}
+    assert set(scores) - set(evaluated) == {"updates", "reason", "train_minutes", "total_minutes", "budget_minutes"}
+    assert report.strip() in result.stdout.split("3. Translating")[1]
 
 
 def test_example_labels_follow_the_source_language(capsys):

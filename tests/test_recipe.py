@@ -143,3 +143,42 @@ def test_the_paper_recipe_is_the_papers_model_and_schedule():
     assert train.lr_schedule == "noam" and train.warmup_steps == 4000 and train.label_smoothing == 0.1
     assert train.adam_betas == (0.9, 0.98) and train.adam_eps == 1e-9
     assert train.patience > 0 and train.keep_last > 5 and config.decode.beam_size == 4
+
+
+@pytest.mark.parametrize(
+    ("train_precision", "decode_precision", "dtype"),
+    [("bf16", "fp32", torch.float32), ("fp32", "bf16", torch.bfloat16), ("bf16", "auto", torch.float32)],
+)
+def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_precision, decode_precision, dtype):
+    """The averaged model translates the test split under decode.precision, resolved by precision.py's rule as
+    transformer-evaluate resolves it (auto is fp32 on the CPU), whatever train.precision says: the output layer's
+    dtype shows which autocast ran."""
+    import tiny_checkpoint
+
+    from transformer import checkpoint
+    from transformer.recipe import score_average
+
+    paths = tiny_checkpoint.build(tmp_path)
+    _, _, config = checkpoint.load_for_inference(paths["checkpoint"])
+    config = config.replace("train", precision=train_precision).replace("decode", precision=decode_precision)
+    seen, build_model = [], checkpoint.build_model
+
+    def watched(*args, **kwargs):
+        model, tokenizer, stored = build_model(*args, **kwargs)
+        model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+        return model, tokenizer, stored
+
+    monkeypatch.setattr(checkpoint, "build_model", watched)
+    monkeypatch.setattr("transformer.translator.pick_device", lambda name=None: torch.device("cpu"))
+    scores, sentences = score_average(config, tmp_path, [paths["checkpoint"]])
+    assert set(seen) == {dtype} and sentences == 12 and 0 <= scores["bleu"] <= 100
+    assert len((tmp_path / "averaged.test.hyp").read_text(encoding="utf-8").splitlines()) == 12
+
+
+def test_a_decode_precision_this_machine_cannot_run_is_refused_before_training(tmp_path, monkeypatch):
+    from transformer.recipe import run_recipe
+
+    monkeypatch.setattr("transformer.translator.pick_device", lambda name=None: torch.device("cpu"))
+    with pytest.raises(UserError, match="decode.precision fp16 needs a CUDA device"):
+        run_recipe(str(TINY), [*_overrides(tmp_path, "run"), "decode.precision=fp16"], results_dir=tmp_path / "res")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()  # nothing trained or prepared

@@ -9,8 +9,9 @@ call returns after that many pieces and the same call later continues: that is h
 ten minutes per command. Progress is kept in `<out_dir>/recipe.json`.
 
 When training has ended: the last `average_last` checkpoints on the save schedule are averaged (the paper's
-section 6.1), the average translates the config's test split with its decoding settings (beam 4 in the recipes),
-and sacreBLEU BLEU and chrF with their signatures go to `<results_dir>/<name>.json` with `kind: "bleu"`.
+section 6.1), the average translates the config's test split with its decoding settings (beam 4 in the recipes,
+at `decode.precision` as transformer-evaluate decodes, not at the training's), and sacreBLEU BLEU and chrF with
+their signatures go to `<results_dir>/<name>.json` with `kind: "bleu"`.
 """
 
 from __future__ import annotations
@@ -134,24 +135,21 @@ def device_name() -> str:
 
 
 def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dict[str, Any], int]:
-    """Average `paths` into averaged.pt, translate the test split with it; (scores, test sentences)."""
-    import torch
-
+    """Average `paths` into averaged.pt, translate the test split with it at `decode.precision` (precision.py's
+    rule, as transformer-evaluate decodes; the training precision plays no part); (scores, test sentences)."""
     from transformer.checkpoint import average_checkpoints, build_model, save_checkpoint
     from transformer.corpus import load_pairs
     from transformer.evaluation import corpus_scores
-    from transformer.precision import resolve_precision
-    from transformer.translator import Translator
+    from transformer.translator import Translator, pick_device
 
     if config.data.test is None:
         raise UserError("the recipe's config has no data.test split to score")
     averaged = average_checkpoints([str(p) for p in paths])
     save_checkpoint(averaged, out_dir / "averaged.pt")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device()
     model, tokenizer, _ = build_model(averaged, device)
-    precision = resolve_precision(config.train.precision, device)
     sources, references = load_pairs(config.data.test, config.data)
-    translator = Translator(model, tokenizer, config.decode, device=device, precision=precision)
+    translator = Translator(model, tokenizer, config.decode, device=device)  # resolves config.decode.precision
     hypotheses = translator.translate_texts(sources)
     (out_dir / "averaged.test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return corpus_scores(hypotheses, references), len(sources)
@@ -207,6 +205,19 @@ def _write_results(record: dict[str, Any], results_dir: Path) -> Path:
     return results
 
 
+def _recipe_config(config_path: str, overrides: list[str] | tuple[str, ...], average_last: int) -> Config:
+    """The recipe's config with room for `average_last` checkpoints kept; a decode precision this machine cannot
+    run (fp16 without CUDA) is refused now, not after hours of training."""
+    from transformer.precision import resolve_precision
+    from transformer.translator import pick_device
+
+    config = load_config(config_path, overrides)
+    resolve_precision(config.decode.precision, pick_device(), setting="decode.precision")
+    if config.train.keep_last <= average_last:  # a piece's off-schedule checkpoint takes one slot for a while
+        config = config.replace("train", keep_last=average_last + 1)
+    return config
+
+
 def run_recipe(
     config_path: str,
     overrides: list[str] | tuple[str, ...] = (),
@@ -224,9 +235,7 @@ def run_recipe(
 
     Returns None when `max_pieces` pieces ran and training is not over: call again with the same arguments.
     """
-    config = load_config(config_path, overrides)
-    if config.train.keep_last <= average_last:  # a piece's off-schedule checkpoint takes one slot for a while
-        config = config.replace("train", keep_last=average_last + 1)
+    config = _recipe_config(config_path, overrides, average_last)
     pieces = dict(piece_seconds=piece_seconds, piece_updates=piece_updates, max_pieces=max_pieces, progress=progress)
     state = train_pieces(config, **pieces)
     if not state["done"]:
