@@ -83,8 +83,7 @@ def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: i
 def _decode_rows(
     model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, drop_finished=False
 ):
-    """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length;
-    `lengths` counts output tokens without EOS.
+    """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length.
 
     drop_finished: finished rows leave the batch (and the cache) at the next step, as done sentences do in beam
     search; the other rows' computations are unchanged. Sampling keeps them, so its random stream stays the same.
@@ -94,7 +93,7 @@ def _decode_rows(
     steps = int(max_lens.max().item()) if B else 0
     cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
-    log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,) each
+    log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # lengths w/o EOS
     alive = max_lens > 0  # (B,)
     rows = torch.arange(B, device=device)  # (B,) each batch row's index in the input
     done: dict[int, Hypothesis] = {}
