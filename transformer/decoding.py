@@ -93,7 +93,7 @@ def _decode_rows(
     steps = int(max_lens.max().item()) if B else 0
     cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
-    log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,): EOS not counted
+    log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,) each
     alive = max_lens > 0  # (B,)
     rows = torch.arange(B, device=device)  # (B,) each batch row's index in the input
     done: dict[int, Hypothesis] = {}
