@@ -71,10 +71,10 @@ def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_
 
 
 def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: int, min_len: int) -> torch.Tensor:
-    """(N, V) -> (N, V) with -inf at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
+    """(N, V) -> the same tensor, -inf written at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
     banned = [model.pad_id, bos_id] + ([eos_id] if step < min_len else [])
     index = torch.tensor(banned, device=log_probs.device)
-    return log_probs.index_fill(1, index, NEG_INF)
+    return log_probs.index_fill_(1, index, NEG_INF)
 
 
 # ------------------------------------------------------------------------------------ greedy and sampling
@@ -202,12 +202,12 @@ def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs
 def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) -> torch.Tensor:  # noqa: N803
     """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (B*K,).
 
-    log_probs (B*K_in, V): K_in alive rows per sentence, 1 at the first step, then K (or fewer while K exceeds the
-    candidates, K_in * V: only with tiny vocabularies).
+    log_probs (B*K_in, V), overwritten: K_in alive rows per sentence, 1 at the first step, then K (or fewer while K
+    exceeds the candidates, K_in * V: only with tiny vocabularies).
     """
     B, K_in = state.scores.shape
     V = log_probs.size(-1)
-    candidates = (state.scores.view(B * K_in, 1) + log_probs).view(B, K_in * V)  # (B, K_in*V)
+    candidates = log_probs.add_(state.scores.view(B * K_in, 1)).view(B, K_in * V)  # (B, K_in*V), in place
     top_scores, top_index = candidates.topk(min(2 * K, K_in * V), dim=1)  # (B, 2K)
     beams, words = top_index // V, top_index % V  # (B, 2K)
     is_eos = words == eos_id  # (B, 2K)
