@@ -23,7 +23,7 @@ def test_packed_linear_computes_x_wt_plus_b(bias, shape):
     linear = nn.Linear(16, 23, bias=bias)
     x = torch.randn(*shape)
     with torch.no_grad():
-        torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias))
+        torch.testing.assert_close(PackedLinear(linear.weight, linear.bias)(x), F.linear(x, linear.weight, linear.bias))
 
 
 @needs_packing
@@ -55,6 +55,13 @@ def test_packed_model_decodes_the_same_tokens():
         assert [h.tokens for h in got] == [h.tokens for h in expected]
         for a, b in zip(got, expected):
             assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_the_probe_leaves_the_random_stream_alone():
+    cpu_linear.packing_works.cache_clear()
+    state = torch.get_rng_state()
+    cpu_linear.packing_works()
+    assert torch.equal(torch.get_rng_state(), state)  # else a first validation would change training's dropout
 
 
 def test_without_onednn_the_model_is_kept(monkeypatch):

@@ -161,14 +161,23 @@ def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_pr
     paths = tiny_checkpoint.build(tmp_path)
     _, _, config = checkpoint.load_for_inference(paths["checkpoint"])
     config = config.replace("train", precision=train_precision).replace("decode", precision=decode_precision)
-    seen, build_model = [], checkpoint.build_model
+    from transformer import translator
+
+    seen, build_model, pack_linears = [], checkpoint.build_model, translator.pack_linears
+    watch = lambda model: model.output_proj.register_forward_hook(lambda m, i, output: seen.append(output.dtype))  # noqa: E731
 
     def watched(*args, **kwargs):
         model, tokenizer, stored = build_model(*args, **kwargs)
-        model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+        watch(model)
         return model, tokenizer, stored
 
+    def packed(model):  # fp32 on the CPU decodes with a copy whose Linear layers are packed (cpu_linear.py)
+        model = pack_linears(model)
+        watch(model)
+        return model
+
     monkeypatch.setattr(checkpoint, "build_model", watched)
+    monkeypatch.setattr(translator, "pack_linears", packed)
     monkeypatch.setattr("transformer.translator.pick_device", lambda name=None: torch.device("cpu"))
     scores, sentences = score_average(config, tmp_path, [paths["checkpoint"]])
     assert set(seen) == {dtype} and sentences == 12 and 0 <= scores["bleu"] <= 100
