@@ -4,10 +4,12 @@
     python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
-installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
-training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
-(forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`,
-median reported) so that a shared machine slows all alike; ours runs `optim.batch_loss`, the trainer's step.
+installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
+training step before the chunked pad-free loss), and with `--peers mkl` our model with its CPU matmuls on MKL (the
+step before `transformer/onednn.py`). Each model trains on the same random batches of WMT-like lengths (forward,
+label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
+reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
+`optim.batch_loss`, the trainer's step.
 The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
 token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.

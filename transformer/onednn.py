@@ -2,14 +2,15 @@
 
 Legend: N rows (B*T positions), I input features, O output features.
 
-PyTorch sends float32 `F.linear` and `@` on the CPU to MKL's sgemm. On AMD CPUs with AVX-512 (this project's dev
-machine: AMD EPYC, Zen 4) MKL runs its AVX2 kernels, while oneDNN (`torch.ops.mkldnn._linear_pointwise`) runs
-AVX-512 ones: at training shapes (4096 rows, 256 to 2048 features) about 100 GFLOP/s against 60 to 85 for the
-forward product and the input gradient; for the weight gradient, which needs both operands transposed, MKL is as
-fast, so it stays there (docs/benchmarks.md). Nothing else changes: the results equal MKL's up to float32
-rounding (tested), the modules and their state-dict keys are plain `nn.Linear`.
+PyTorch sends float32 `F.linear` and `@` on the CPU to MKL's sgemm. On an AMD CPU with AVX-512 (this project's dev
+machine: AMD EPYC, Zen 4) MKL takes a generic code path, while oneDNN (`torch.ops.mkldnn._linear_pointwise`) runs
+its AVX-512 kernels: at training shapes (4096 rows, 256 to 2048 features) 82 to 104 GFLOP/s against 60 to 83 for
+the forward product and the input gradient; the weight gradient would need both operands transposed into
+oneDNN's layout, and with those copies MKL is faster, so it stays there (docs/benchmarks.md). Nothing else
+changes: the results equal MKL's up to float32 rounding (tested), the modules and their state-dict keys are plain
+`nn.Linear`.
 
-`linear(module, x)` uses oneDNN only where it pays and is safe: float32 on the CPU, autograd recording (training;
+`linear(module, x)` uses oneDNN only where it applies: float32 on the CPU, autograd recording (training;
 inference and decoding keep `module(x)`, so int8 `quantize_dynamic` copies work as before), outside autocast and
 `torch.compile`, with the operator present (torch builds with oneDNN). `use_onednn(False)` turns it off
 (`train.onednn_linear`); everywhere else the call is `module(x)`.
