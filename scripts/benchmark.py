@@ -4,10 +4,12 @@
     python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
-installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
-training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
-(forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`,
-median reported) so that a shared machine slows all alike; ours runs `optim.batch_loss`, the trainer's step.
+installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
+training step before the chunked pad-free loss), and with `--peers mkl` our model with its CPU matmuls on MKL (the
+step before `transformer/onednn.py`). Each model trains on the same random batches of WMT-like lengths (forward,
+label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
+reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
+`optim.batch_loss`, the trainer's step.
 The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
 token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.
@@ -35,6 +37,7 @@ from transformer.batching import Batch
 from transformer.config import load_config
 from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
+from transformer.onednn import use_onednn
 from transformer.optim import batch_loss
 from transformer.precision import autocast, resolve_precision
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -108,9 +111,11 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None) -> None:
+def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None, onednn: bool) -> None:
     """Forward, label-smoothed loss, backward, Adam step. fused: our `optim.batch_loss` (True: the chunked
-    pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`."""
+    pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`. onednn: our model's
+    float32 CPU matmuls through oneDNN (`transformer.onednn`, the trainer's default) instead of MKL."""
+    use_onednn(onednn)
     if fused is None:
         with autocast(precision, batch.src.device):
             logits = model(batch.src, batch.tgt_in)
@@ -127,23 +132,23 @@ def measure(engines: dict, batches, precision: str, device: torch.device, warmup
     batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
     Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}."""
     state = {}
-    for name, (model, fused) in engines.items():
+    for name, (model, fused, onednn) in engines.items():
         kwargs = {"fused": True} if device.type == "cuda" else {}
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
         model.train()
         for batch in batches[:warmup]:
-            train_step(model, optimizer, batch, precision, fused)
+            train_step(model, optimizer, batch, precision, fused, onednn)
         state[name] = optimizer
     results = {name: {"rounds": [], "peak_mem_gb": None} for name in engines}
     for _ in range(rounds):
-        for name, (model, fused) in engines.items():
+        for name, (model, fused, onednn) in engines.items():
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
             start = time.perf_counter()
             for batch in batches[warmup:]:
-                train_step(model, state[name], batch, precision, fused)
+                train_step(model, state[name], batch, precision, fused, onednn)
             if device.type == "cuda":  # this engine's weights and Adam state + its steps' peak (the others idle)
                 torch.cuda.synchronize()
                 peak = (torch.cuda.max_memory_allocated() - before + _resident_bytes(model, state[name])) / 1e9
@@ -180,7 +185,9 @@ def main() -> None:
         "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
     )
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
-                        "with the full-logits loss, the step before the chunked pad-free loss)")  # fmt: skip
+                        "with the full-logits loss, the step before the chunked pad-free loss), mkl (ours with "
+                        "its CPU matmuls on MKL, the step before transformer.onednn)")  # fmt: skip
+    parser.add_argument("--no-onednn", action="store_true", help="ours: CPU matmuls on MKL (train.onednn_linear)")
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
     args = parser.parse_args()
@@ -195,24 +202,27 @@ def main() -> None:
 
 
 def build_engines(args, cfg, peers: set[str]) -> dict:
-    """{JSON name: (module, fused)}: fused True/False for our model's loss paths, None for a peer."""
+    """{JSON name: (module, fused, onednn)}: fused True/False for our model's loss paths, None for a peer; onednn
+    for our model's CPU matmuls (peers: False, they never call `transformer.onednn`)."""
     new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
-    builders = {"ours": lambda: (new(), True)}
+    builders = {"ours": lambda: (new(), True, not args.no_onednn)}
     if "reference" in peers:
-        builders["ours_reference_loss"] = lambda: (new(), False)
+        builders["ours_reference_loss"] = lambda: (new(), False, not args.no_onednn)
+    if "mkl" in peers:
+        builders["ours_mkl"] = lambda: (new(), True, False)
     if "torch" in peers:
-        builders["nn_transformer"] = lambda: (TorchPeer(new(), cfg), None)
+        builders["nn_transformer"] = lambda: (TorchPeer(new(), cfg), None, False)
     if "marian" in peers:
-        builders["hf_marian"] = lambda: (marian_peer(cfg, args.vocab), None)
+        builders["hf_marian"] = lambda: (marian_peer(cfg, args.vocab), None, False)
     engines = {}
     for name, build in builders.items():
         try:
-            model, fused = build()
+            model, fused, onednn = build()
         except ImportError as exc:
             print(f"{name:<20} skipped ({exc})")
             continue
         model = model.to(args.device)
-        engines[name] = (torch.compile(model) if args.compile else model, fused)
+        engines[name] = (torch.compile(model) if args.compile else model, fused, onednn)
     return engines
 
 
@@ -249,6 +259,7 @@ def run(args) -> dict:
         ratio = results["ours"]["tokens_per_s"] / r["tokens_per_s"]
         peak = f"{r['peak_mem_gb']:.2f}" if r["peak_mem_gb"] is not None else "-"
         print(f"{engine:<20}{r['tokens_per_s']:>12,.0f}{ratio:>8.2f}x{mfu:>8}{peak:>9}  {r['rounds']}")
+    print("median of the per-round ratios:", ", ".join(f"{k} {v:.2f}x" for k, v in round_ratios(results).items()))
     ours_tok = results["ours"]["tokens_per_s"]
     return {
         "kind": "train_throughput", "shape": args.shape or Path(args.config).stem, "device": name,
@@ -261,7 +272,16 @@ def run(args) -> dict:
         "peak_tflops": args.peak_tflops if on_gpu else None,
         "peak_tflops_name": "dense bf16 peak of an H100 SXM (the H200's is the same)" if on_gpu else None,
         "ratios": {f"ours/{k}": round(ours_tok / v["tokens_per_s"], 3) for k, v in results.items() if k != "ours"},
+        "round_ratios": round_ratios(results),
     }  # fmt: skip
+
+
+def round_ratios(results: dict) -> dict:
+    """Median over rounds of ours / engine within each round: on a shared machine a round's engines run back to
+    back under much the same load, so this steadier figure goes beside the ratio of the medians."""
+    ours = results["ours"]["rounds"]
+    per_round = lambda k: [a / b for a, b in zip(ours, results[k]["rounds"])]
+    return {f"ours/{k}": round(statistics.median(per_round(k)), 3) for k in results if k != "ours"}
 
 
 # ---------------------------------------------------------------------------------------------- decode mode

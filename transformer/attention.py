@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer.onednn import linear
+
 
 def make_pad_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     """(B, S) token ids -> (B, 1, 1, S) bool, True at real tokens: every query may attend to every non-pad key."""
@@ -70,16 +72,16 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention projections: (B, T, D) -> three (B, H, T, Dh)."""
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, D)
+        q, k, v = linear(self.qkv_proj, x).chunk(3, dim=-1)  # 3 x (B, T, D)
         return self._split_heads(q), self._split_heads(k), self._split_heads(v)
 
     def project_q(self, x: torch.Tensor) -> torch.Tensor:
         """Cross-attention queries: (B, T, D) -> (B, H, T, Dh)."""
-        return self._split_heads(self.q_proj(x))
+        return self._split_heads(linear(self.q_proj, x))
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values from the encoder memory: (B, S, D) -> two (B, H, S, Dh)."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x (B, S, D)
+        k, v = linear(self.kv_proj, memory).chunk(2, dim=-1)  # 2 x (B, S, D)
         return self._split_heads(k), self._split_heads(v)
 
     def attend(
@@ -101,7 +103,7 @@ class MultiHeadAttention(nn.Module):
     def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
         """Concat(head_1, ..., head_h) W^O: (B, H, T, Dh) -> (B, T, D)."""
         B, H, T, Dh = heads.shape
-        return self.out_proj(heads.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
+        return linear(self.out_proj, heads.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
 
     def forward(
         self,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.attention import LayerCache, MultiHeadAttention, step_attention
+from transformer.onednn import linear
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -32,7 +33,7 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # via (B, T, F)
+        return linear(self.linear2, self.dropout(self.activation(linear(self.linear1, x))))  # via (B, T, F)
 
 
 class _SublayerConnection(nn.Module):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from transformer.onednn import applies, matmul_t
+
 # Rows per chunk: C x V float32 stays near 256 MB (C = 1,813 for V = 37,000), whatever the batch size.
 CHUNK_ELEMENTS = 2**26
 
@@ -60,10 +62,11 @@ class _ChunkedLoss(torch.autograd.Function):
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_h = torch.empty_like(h) if with_grad else None  # (N, D)
+        w_t = w.T.contiguous() if with_grad and applies(w) else w.T  # (D, V): g @ w = g @ w_t^T, oneDNN's layout
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grad else None
         for start in range(0, N, chunk):
             h_c, y_c = h[start : start + chunk], target[start : start + chunk]  # (C, D), (C,)
-            z = (h_c @ w.T).float()  # (C, V)
+            z = matmul_t(h_c, w).float()  # (C, V)
             lse = z.logsumexp(dim=-1)  # (C,)
             nll_c = lse - z.gather(1, y_c[:, None]).squeeze(1)  # (C,)
             loss += ((1.0 - epsilon) * nll_c + epsilon * (lse - z.mean(dim=-1))).sum()
@@ -72,7 +75,7 @@ class _ChunkedLoss(torch.autograd.Function):
                 g = z.sub_(lse[:, None]).exp_().sub_(epsilon / V)  # (C, V): p - eps/V, in place of z
                 g[torch.arange(len(y_c), device=g.device), y_c] -= 1.0 - epsilon
                 g = g.to(compute_dtype)
-                grad_h[start : start + chunk] = g @ w  # (C, D)
+                grad_h[start : start + chunk] = matmul_t(g, w_t)  # (C, D)
                 grad_w += (g.T @ h_c).float()  # (V, D)
         ctx.mark_non_differentiable(nll)
         ctx.save_for_backward(grad_h, grad_w)

@@ -25,6 +25,7 @@ from transformer.distributed import (
 )
 from transformer.errors import UserError
 from transformer.fileio import RunLock
+from transformer.onednn import use_onednn
 from transformer.precision import resolve_precision
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class RunSetup:
 
 
 def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
-    """Check what must hold before any work, join the DDP group, set threads, TF32 and the seeds."""
+    """Check what must hold before any work, join the DDP group, set threads, the CPU matmul route, TF32 and the
+    seeds."""
     cfg = config.train
     if config.data.max_tokens_per_sentence > config.model.max_positions:
         raise UserError(
@@ -63,6 +65,7 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
         RunLock(Path(cfg.out_dir)).check()  # refuse a busy run directory now; Trainer.run() takes the lock
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    use_onednn(cfg.onednn_linear)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     seed_everything(cfg.seed)
