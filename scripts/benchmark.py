@@ -6,7 +6,7 @@
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
 installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
 training step before the chunked pad-free loss), and with `--peers mkl` our model with its CPU matmuls on MKL (the
-step before `transformer/onednn.py`). Each model trains on the same random batches of WMT-like lengths (forward,
+step before `transformer/cpu_linear.py`). Each model trains on the same random batches of WMT-like lengths (forward,
 label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
 reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
 `optim.batch_loss`, the trainer's step.
@@ -35,9 +35,9 @@ from torch import nn
 from transformer.attention import avoid_cudnn_attention
 from transformer.batching import Batch
 from transformer.config import load_config
+from transformer.cpu_linear import use_onednn
 from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
-from transformer.onednn import use_onednn
 from transformer.optim import batch_loss
 from transformer.precision import autocast, resolve_precision
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -114,7 +114,7 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
 def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None, onednn: bool) -> None:
     """Forward, label-smoothed loss, backward, Adam step. fused: our `optim.batch_loss` (True: the chunked
     pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`. onednn: our model's
-    float32 CPU matmuls through oneDNN (`transformer.onednn`, the trainer's default) instead of MKL."""
+    float32 CPU matmuls through oneDNN (`transformer.cpu_linear`, the trainer's default) instead of MKL."""
     use_onednn(onednn)
     if fused is None:
         with autocast(precision, batch.src.device):
@@ -186,7 +186,7 @@ def main() -> None:
     )
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
                         "with the full-logits loss, the step before the chunked pad-free loss), mkl (ours with "
-                        "its CPU matmuls on MKL, the step before transformer.onednn)")  # fmt: skip
+                        "its CPU matmuls on MKL, the step before transformer.cpu_linear)")  # fmt: skip
     parser.add_argument("--no-onednn", action="store_true", help="ours: CPU matmuls on MKL (train.onednn_linear)")
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
@@ -203,7 +203,7 @@ def main() -> None:
 
 def build_engines(args, cfg, peers: set[str]) -> dict:
     """{JSON name: (module, fused, onednn)}: fused True/False for our model's loss paths, None for a peer; onednn
-    for our model's CPU matmuls (peers: False, they never call `transformer.onednn`)."""
+    for our model's CPU matmuls (peers: False, they never call `transformer.cpu_linear`)."""
     new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
     builders = {"ours": lambda: (new(), True, not args.no_onednn)}
     if "reference" in peers:

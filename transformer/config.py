@@ -153,7 +153,7 @@ class TrainConfig:
     precision: Precision = "auto"  # autocast while training; auto: bf16 on a GPU that supports it, else fp32
     compile: bool = False  # wrap the model in torch.compile
     fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
-    onednn_linear: bool = True  # float32 CPU training matmuls on oneDNN instead of MKL (transformer.onednn)
+    onednn_linear: bool = True  # float32 CPU training matmuls on oneDNN instead of MKL (transformer.cpu_linear)
     length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
     prefetch: int = 2  # micro-batches collated (on CUDA also pinned and copied) ahead on a thread (0 = none)
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.attention import LayerCache, MultiHeadAttention, step_attention
-from transformer.onednn import linear
+from transformer.cpu_linear import linear
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 

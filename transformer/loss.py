@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer.onednn import applies, matmul_t
+from transformer.cpu_linear import applies, matmul_t
 
 # Rows per chunk: C x V float32 stays near 256 MB (C = 1,813 for V = 37,000), whatever the batch size.
 CHUNK_ELEMENTS = 2**26

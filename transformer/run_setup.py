@@ -15,6 +15,7 @@ import torch
 from transformer import optim
 from transformer.checkpoint import load_checkpoint, load_weights, model_state
 from transformer.config import Config, parse_duration
+from transformer.cpu_linear import use_onednn
 from transformer.distributed import (
     barrier,
     init_distributed,
@@ -25,7 +26,6 @@ from transformer.distributed import (
 )
 from transformer.errors import UserError
 from transformer.fileio import RunLock
-from transformer.onednn import use_onednn
 from transformer.precision import resolve_precision
 
 log = logging.getLogger(__name__)
