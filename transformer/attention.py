@@ -39,7 +39,7 @@ def avoid_cudnn_attention() -> None:
 
 
 def reference_attention(q, k, v, mask=None):
-    """softmax(Q K^T / sqrt(d_k)) V written out, for tests only (the model uses the fused kernel)."""
+    """softmax(Q K^T / sqrt(d_k)) V written out, for tests only (the model: SDPA, or `step_attention` decoding)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
