@@ -52,7 +52,13 @@ def test_estimate_scales_the_measured_rate_to_the_test_and_validation_sentences(
     # a probe ten times slower (a busier machine) sets aside ten times the decoding time
     busy = estimate_after_training(1635, probe_seconds_per_sentence=2.0, **kwargs)
     assert busy - 1.25 * 10 == pytest.approx(10 * (146.375 - 1.25 * 10))
-    assert estimate_after_training(0, probe_seconds_per_sentence=0.2, fixed=10.0, factor=1.0) == pytest.approx(10.0)
+    assert estimate_after_training(0, probe_seconds_per_sentence=0.2, fixed=10.0, factor=1.0, minimum=0.0) == 10.0
+
+
+def test_at_least_a_minute_is_kept_after_training():
+    """A fast probe (the idle machine's 0.0187 s per sentence) would keep 30 s; the floor keeps 60."""
+    assert estimate_after_training(1635, probe_seconds_per_sentence=0.0187, valid_sentences=150) == 60.0
+    assert estimate_after_training(1635, probe_seconds_per_sentence=0.0187, valid_sentences=150, minimum=0.0) < 31.0
 
 
 @pytest.mark.parametrize(
