@@ -177,7 +177,8 @@ class LayerCache:
 
     def gather_rows(self, rows: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
         """Row i takes row `rows[i]` (N',): copied into `spare` (the used positions only), which then becomes this
-        layer's buffer; returns the old buffer, the next layer's spare. No buffer is allocated."""
+        layer's buffer; returns the old buffer, the next layer's spare. A spare too small (more rows, or the cache
+        grew) is replaced by a new one; otherwise nothing is allocated."""
         if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < rows.numel():
             spare = self.buffer.new_empty(2, max(rows.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
         used = self.buffer[:, : self.rows, :, : self.length]  # (2, N, H, t, Dh)
