@@ -338,16 +338,17 @@ def decode_main(argv: list[str] | None = None) -> None:
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
     common = {"kind": "decode", "device": device, "date": datetime.date.today().isoformat(), "command": command,
               "shape": shape}  # fmt: skip
-    for compute, engines in engines_by_compute.items():
-        for beam in map(int, args.beams.split(",")):
-            settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
-                                         max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
-            result = db.time_engines(engines, sources, batches, settings, args.repeats)
-            engine_results = db.compare_engines(result, tokenizer, references)
-            record = {**common, "beam": beam, "compute": compute, "sentences": len(sources),
-                      "batch_size": args.batch_size, "forced_length": args.forced or None,
-                      "settings": vars(settings), "engines": engine_results}  # fmt: skip
-            _write_decode_record(record, Path(args.out))
+    for compute, factories in engines_by_compute.items():
+        with db.EngineProcesses(factories) as engines:  # one process per engine, kept for every search
+            for beam in map(int, args.beams.split(",")):
+                settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
+                                             max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
+                result = db.time_engines(engines, sources, batches, settings, args.repeats)
+                engine_results = db.compare_engines(result, tokenizer, references)
+                record = {**common, "beam": beam, "compute": compute, "sentences": len(sources),
+                          "batch_size": args.batch_size, "forced_length": args.forced or None,
+                          "settings": vars(settings), "engines": engine_results}  # fmt: skip
+                _write_decode_record(record, Path(args.out))
 
 
 def _write_decode_record(record: dict, out: Path) -> None:

@@ -12,19 +12,24 @@ the same settings, which is what makes their outputs comparable token for token:
 - PAD and BOS banned after the log-softmax in ours and HF (`bad_words_ids`). CT2 is told only for random weights
   (see `ct2_engine`): a trained model never picks them, and CT2's outputs then match ours token for token.
 Tokenization and detokenization are outside the timings. Target tokens/s counts each engine's own output tokens
-(EOS excluded), so identical outputs give identical counts.
+(EOS excluded), so identical outputs give identical counts. Each engine runs in a process of its own
+(`EngineProcesses`): in a shared one they slow each other down.
 
 `decode_inputs` gives a trained checkpoint's test split or a random model with random sources, `decode_engines`
-the engines on its exported weights, `compare_engines` each one's speed, agreement with ours and BLEU;
+the engines on its exported weights, `time_engines` their timings, `compare_engines` each one's speed, agreement
+with ours and BLEU;
 `scripts/benchmark.py decode` parses the options and writes one JSON per search and compute type.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -95,16 +100,16 @@ def hf_engine(hf_model) -> Callable:
     return run
 
 
-def ct2_engine(translator, tokenizer, *, suppress: bool = False) -> Callable:
+def ct2_engine(translator, src_pieces: list[str], tgt_pieces: list[str], *, suppress: bool = False) -> Callable:
     """`suppress`: ban PAD and BOS (needed for random weights, whose tied embeddings favour the input token; CT2
     then renormalises over the other tokens, which ours and HF do not, so beam scores differ slightly)."""
-    banned = [[tokenizer.tgt_piece(PAD_ID)], [tokenizer.tgt_piece(BOS_ID)]] if suppress else None
-    src_piece, piece_id = tokenizer.src_piece, {tokenizer.tgt_piece(i): i for i in range(tokenizer.tgt_vocab_size)}
+    banned = [[tgt_pieces[PAD_ID]], [tgt_pieces[BOS_ID]]] if suppress else None
+    piece_id = {piece: i for i, piece in enumerate(tgt_pieces)}
 
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
         low, high = s.limits(max(map(len, rows)))
         results = translator.translate_batch(
-            [[src_piece(i) for i in row] for row in rows], beam_size=s.beam, length_penalty=s.alpha,
+            [[src_pieces[i] for i in row] for row in rows], beam_size=s.beam, length_penalty=s.alpha,
             max_decoding_length=high, min_decoding_length=low, max_batch_size=0, patience=1,
             suppress_sequences=banned,
         )  # fmt: skip
@@ -113,20 +118,82 @@ def ct2_engine(translator, tokenizer, *, suppress: bool = False) -> Callable:
     return run
 
 
-def time_engines(engines: dict[str, Callable], sources, batches, settings: DecodeSettings, repeats: int):
+def build_engine(name: str, compute: str, threads: int, source, **options) -> Callable:
+    """The run function of one engine at `threads` CPU threads: "ours" decodes `source` (our model) packed for
+    fp32 or quantized for int8; "ctranslate2" and "hf" load their export in the folder `source` (`options`: the
+    pieces and `suppress` of `ct2_engine`)."""
+    torch.set_num_threads(threads)
+    if name == "ours":
+        from transformer.cpu_linear import pack_linears, quantize_int8
+
+        return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source))
+    if name == "ctranslate2":
+        import ctranslate2
+
+        translator = ctranslate2.Translator(str(source), device="cpu", compute_type="float32" if compute == "fp32"
+                                            else "int8", intra_threads=threads, inter_threads=1)  # fmt: skip
+        return ct2_engine(translator, **options)
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
+    return hf_engine(AutoModelForSeq2SeqLM.from_pretrained(source).eval())
+
+
+class EngineProcesses:
+    """Each engine in a process of its own, built there once by its factory (`build_engine` with its arguments)
+    and kept for every call; a context manager that ends the processes.
+
+    Why: CTranslate2 brings its own OpenMP runtime, and once it has run in a process, PyTorch's parallel operations
+    there slow down (a LayerNorm of 128 rows: 12 us -> 58 us on 2 threads; our beam search on the demo model 3,900
+    -> 2,800 tokens/s), so engines sharing a process measure each other (docs/benchmarks.md).
+    """
+
+    def __init__(self, factories: dict[str, Callable[[], Callable]]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pools = {name: ProcessPoolExecutor(1, mp_context=context, initializer=_start_engine, initargs=(factory,))
+                      for name, factory in factories.items()}  # fmt: skip
+
+    def run(self, name: str, batches: list[list[list[int]]], settings: DecodeSettings):
+        """(seconds, outputs): engine `name` decodes the batches of source ids in turn, timed in its process."""
+        return self.pools[name].submit(_run_engine, batches, settings).result()
+
+    def __enter__(self) -> EngineProcesses:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pool in self.pools.values():
+            pool.shutdown(cancel_futures=True)
+
+
+_ENGINE: Callable | None = None  # the engine of this process, in an EngineProcesses worker
+
+
+def _start_engine(factory: Callable[[], Callable]) -> None:
+    global _ENGINE
+    _ENGINE = factory()
+
+
+def _run_engine(batches: list[list[list[int]]], settings: DecodeSettings) -> tuple[float, list[list[list[int]]]]:
+    start = time.perf_counter()
+    outputs = [_ENGINE(rows, settings) for rows in batches]
+    return time.perf_counter() - start, outputs
+
+
+def time_engines(engines: EngineProcesses, sources, batches, settings: DecodeSettings, repeats: int):
     """Run the engines interleaved `repeats` times over all batches; per engine the fastest run's seconds,
     its output token count and its outputs (in source order)."""
+    rows = [[sources[i] for i in batch] for batch in batches]
+    for name in engines.pools:  # warm-up, untimed: first-call allocations and lazy initialisation
+        engines.run(name, rows[:1], settings)
     best: dict[str, dict] = {}
-    for run in engines.values():  # warm-up, untimed: first-call allocations and lazy initialisation
-        run([sources[i] for i in batches[0]], settings)
     for _ in range(repeats):
-        for name, run in engines.items():
+        for name in engines.pools:
+            seconds, per_batch = engines.run(name, rows, settings)
             outputs: list[list[int] | None] = [None] * len(sources)
-            start = time.perf_counter()
-            for batch in batches:
-                for i, hyp in zip(batch, run([sources[i] for i in batch], settings)):
+            for batch, hyps in zip(batches, per_batch):
+                for i, hyp in zip(batch, hyps):
                     outputs[i] = hyp
-            seconds = time.perf_counter() - start
             tokens = sum(len(h) for h in outputs)
             if name not in best or seconds < best[name]["seconds"]:
                 best[name] = {"seconds": round(seconds, 3), "tokens": tokens,
@@ -173,35 +240,27 @@ def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sente
 
 def decode_engines(
     model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp
-) -> dict[str, dict[str, Callable]]:
-    """{compute: {engine name: run function}} for fp32 and int8, on weights exported from `model` into `tmp`."""
-    from transformer.cpu_linear import pack_linears, quantize_int8
-
+) -> dict[str, dict[str, Callable[[], Callable]]]:
+    """{compute: {engine name: factory}} for fp32 and int8: `build_engine` bound to our model or to the weights
+    exported from it into `tmp` (done here), for `EngineProcesses`."""
     out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
     if "ours" in names:
         for c in computes:
-            out[c]["ours"] = ours_engine(pack_linears(model) if c == "fp32" else quantize_int8(model))
+            out[c]["ours"] = partial(build_engine, "ours", c, threads, model)
     if "ctranslate2" in names:
-        import ctranslate2
-
         from transformer.export import export_ctranslate2
 
         export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
+        pieces = dict(src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
+                      tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
+                      suppress=random_weights)  # fmt: skip
         for c in computes:
-            translator = ctranslate2.Translator(str(tmp / "ct2"), device="cpu", compute_type="float32" if c == "fp32"
-                                                else "int8", intra_threads=threads, inter_threads=1)  # fmt: skip
-            out[c]["ctranslate2"] = ct2_engine(translator, tokenizer, suppress=random_weights)
+            out[c]["ctranslate2"] = partial(build_engine, "ctranslate2", c, threads, tmp / "ct2", **pieces)
     if "hf" in names and "fp32" in computes:
         from transformer.export import hf_model_from_ours
 
-        hf_dir = tmp / "hf"
-        hf_model_from_ours(model, config).save_pretrained(hf_dir)
-        from transformers import AutoModelForSeq2SeqLM
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
-
-        out["fp32"]["hf"] = hf_engine(AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval())
+        hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
+        out["fp32"]["hf"] = partial(build_engine, "hf", "fp32", threads, tmp / "hf")
     return out
 
 
