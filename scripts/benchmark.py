@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,6 +37,7 @@ from transformer.attention import avoid_cudnn_attention
 from transformer.batching import Batch
 from transformer.config import load_config
 from transformer.cpu_linear import use_onednn
+from transformer.dropout import use_fast_dropout
 from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
 from transformer.optim import batch_loss
@@ -111,17 +113,30 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def train_step(model: nn.Module, optimizer, batch: Batch, precision: str, fused: bool | None, onednn: bool) -> None:
-    """Forward, label-smoothed loss, backward, Adam step. fused: our `optim.batch_loss` (True: the chunked
-    pad-free loss, False: full logits); None: a peer's logits through `label_smoothed_loss`. onednn: our model's
-    float32 CPU matmuls through oneDNN (`transformer.cpu_linear`, the trainer's default) instead of MKL."""
-    use_onednn(onednn)
-    if fused is None:
+@dataclass
+class Engine:
+    """A model to train and how: `fused` True/False for our model's loss paths (`optim.batch_loss`: the chunked
+    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`; `onednn` our float32
+    CPU matmuls through oneDNN (`transformer.cpu_linear`) instead of MKL; `fast_dropout` our CPU dropout masks
+    (`transformer.dropout`) instead of `F.dropout`'s. The trainer's defaults are both on; peers never use them."""
+
+    model: nn.Module
+    fused: bool | None
+    onednn: bool = False
+    fast_dropout: bool = False
+
+
+def train_step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
+    """Forward, label-smoothed loss, backward, Adam step."""
+    use_onednn(engine.onednn)
+    use_fast_dropout(engine.fast_dropout)
+    model = engine.model
+    if engine.fused is None:
         with autocast(precision, batch.src.device):
             logits = model(batch.src, batch.tgt_in)
         loss, _ = label_smoothed_loss(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD_ID)
     else:
-        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD_ID, fused=fused)
+        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD_ID, fused=engine.fused)
     (loss / batch.n_tgt_tokens).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -132,26 +147,26 @@ def measure(engines: dict, batches, precision: str, device: torch.device, warmup
     batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
     Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}."""
     state = {}
-    for name, (model, fused, onednn) in engines.items():
+    for name, engine in engines.items():
         kwargs = {"fused": True} if device.type == "cuda" else {}
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
-        model.train()
+        optimizer = torch.optim.Adam(engine.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
+        engine.model.train()
         for batch in batches[:warmup]:
-            train_step(model, optimizer, batch, precision, fused, onednn)
+            train_step(engine, optimizer, batch, precision)
         state[name] = optimizer
     results = {name: {"rounds": [], "peak_mem_gb": None} for name in engines}
     for _ in range(rounds):
-        for name, (model, fused, onednn) in engines.items():
+        for name, engine in engines.items():
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
             start = time.perf_counter()
             for batch in batches[warmup:]:
-                train_step(model, state[name], batch, precision, fused, onednn)
+                train_step(engine, state[name], batch, precision)
             if device.type == "cuda":  # this engine's weights and Adam state + its steps' peak (the others idle)
                 torch.cuda.synchronize()
-                peak = (torch.cuda.max_memory_allocated() - before + _resident_bytes(model, state[name])) / 1e9
+                peak = (torch.cuda.max_memory_allocated() - before + _resident_bytes(engine.model, state[name])) / 1e9
                 results[name]["peak_mem_gb"] = round(max(peak, results[name]["peak_mem_gb"] or 0.0), 2)
             tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
             results[name]["rounds"].append(round(tokens / (time.perf_counter() - start), 1))
@@ -186,8 +201,11 @@ def main() -> None:
     )
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
                         "with the full-logits loss, the step before the chunked pad-free loss), mkl (ours with "
-                        "its CPU matmuls on MKL, the step before transformer.cpu_linear)")  # fmt: skip
+                        "its CPU matmuls on MKL, the step before transformer.cpu_linear), torch_dropout (ours "
+                        "with F.dropout's masks, the step before transformer.dropout)")  # fmt: skip
     parser.add_argument("--no-onednn", action="store_true", help="ours: CPU matmuls on MKL (train.onednn_linear)")
+    parser.add_argument("--no-fast-dropout", action="store_true", help="ours: F.dropout's masks on the CPU "
+                        "(train.fast_cpu_dropout)")  # fmt: skip
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
     args = parser.parse_args()
@@ -201,28 +219,32 @@ def main() -> None:
         print(f"wrote {args.json}")
 
 
-def build_engines(args, cfg, peers: set[str]) -> dict:
-    """{JSON name: (module, fused, onednn)}: fused True/False for our model's loss paths, None for a peer; onednn
-    for our model's CPU matmuls (peers: False, they never call `transformer.cpu_linear`)."""
+def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
+    """{JSON name: Engine}: ours with the trainer's settings (less what --no-onednn / --no-fast-dropout turn off),
+    then the peers asked for."""
     new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
-    builders = {"ours": lambda: (new(), True, not args.no_onednn)}
+    onednn, fast_dropout = not args.no_onednn, not args.no_fast_dropout
+    builders = {"ours": lambda: Engine(new(), True, onednn, fast_dropout)}
     if "reference" in peers:
-        builders["ours_reference_loss"] = lambda: (new(), False, not args.no_onednn)
+        builders["ours_reference_loss"] = lambda: Engine(new(), False, onednn, fast_dropout)
     if "mkl" in peers:
-        builders["ours_mkl"] = lambda: (new(), True, False)
+        builders["ours_mkl"] = lambda: Engine(new(), True, False, fast_dropout)
+    if "torch_dropout" in peers:
+        builders["ours_torch_dropout"] = lambda: Engine(new(), True, onednn, False)
     if "torch" in peers:
-        builders["nn_transformer"] = lambda: (TorchPeer(new(), cfg), None, False)
+        builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
     if "marian" in peers:
-        builders["hf_marian"] = lambda: (marian_peer(cfg, args.vocab), None, False)
+        builders["hf_marian"] = lambda: Engine(marian_peer(cfg, args.vocab), None)
     engines = {}
     for name, build in builders.items():
         try:
-            model, fused, onednn = build()
+            engine = build()
         except ImportError as exc:
             print(f"{name:<20} skipped ({exc})")
             continue
-        model = model.to(args.device)
-        engines[name] = (torch.compile(model) if args.compile else model, fused, onednn)
+        model = engine.model.to(args.device)
+        engine.model = torch.compile(model) if args.compile else model
+        engines[name] = engine
     return engines
 
 
@@ -245,7 +267,7 @@ def run(args) -> dict:
         avoid_cudnn_attention()  # for every model: all of them call F.scaled_dot_product_attention
     batches = make_batches(args.steps + args.warmup, args.tokens, args.vocab, args.mean_len, device)
     engines = build_engines(args, cfg, set(args.peers.split(",")))
-    ours = engines["ours"][0]
+    ours = engines["ours"].model
     params = count_parameters(ours)
     per_token = flops_per_token(ours, cfg, args.vocab, args.mean_len)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({_cpu_name()})"

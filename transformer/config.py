@@ -154,6 +154,7 @@ class TrainConfig:
     compile: bool = False  # wrap the model in torch.compile
     fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
     onednn_linear: bool = True  # float32 CPU training matmuls on oneDNN instead of MKL (transformer.cpu_linear)
+    fast_cpu_dropout: bool = True  # CPU dropout masks from 16 random bits per element (transformer.dropout)
     length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
     prefetch: int = 2  # micro-batches collated (on CUDA also pinned and copied) ahead on a thread (0 = none)
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)

@@ -17,6 +17,7 @@ from torch import nn
 
 from transformer.attention import LayerCache, MultiHeadAttention, step_attention
 from transformer.cpu_linear import linear
+from transformer.dropout import Dropout
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -29,7 +30,7 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
@@ -50,7 +51,7 @@ class _SublayerConnection(nn.Module):
         activation_dropout: float, activation: str, norm_first: bool, eps: float,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
         attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
         self.self_attn = MultiHeadAttention(**attention, self_attention=True)

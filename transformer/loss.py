@@ -67,12 +67,16 @@ class _ChunkedLoss(torch.autograd.Function):
         for start in range(0, N, chunk):
             h_c, y_c = h[start : start + chunk], target[start : start + chunk]  # (C, D), (C,)
             z = matmul_t(h_c, w).float()  # (C, V)
-            lse = z.logsumexp(dim=-1)  # (C,)
-            nll_c = lse - z.gather(1, y_c[:, None]).squeeze(1)  # (C,)
-            loss += ((1.0 - epsilon) * nll_c + epsilon * (lse - z.mean(dim=-1))).sum()
+            z_y, z_mean = z.gather(1, y_c[:, None]).squeeze(1), z.mean(dim=-1)  # (C,) each
+            z_max = z.amax(dim=-1, keepdim=True)  # (C, 1)
+            e = z.sub_(z_max).exp_()  # (C, V): exp(z - max), in place of z: one exp serves the loss and p
+            total = e.sum(dim=-1, keepdim=True)  # (C, 1)
+            lse = (z_max + total.log()).squeeze(1)  # (C,), as torch.logsumexp computes it
+            nll_c = lse - z_y  # (C,)
+            loss += ((1.0 - epsilon) * nll_c + epsilon * (lse - z_mean)).sum()
             nll += nll_c.sum()
             if with_grad:
-                g = z.sub_(lse[:, None]).exp_().sub_(epsilon / V)  # (C, V): p - eps/V, in place of z
+                g = torch.addcmul(e.new_full((), -epsilon / V), e, total.reciprocal(), out=e)  # (C, V): p - eps/V
                 g[torch.arange(len(y_c), device=g.device), y_c] -= 1.0 - epsilon
                 g = g.to(compute_dtype)
                 grad_h[start : start + chunk] = matmul_t(g, w_t)  # (C, D)

@@ -19,6 +19,7 @@ from torch import nn
 
 from transformer.attention import DecoderCache, make_pad_mask
 from transformer.config import ModelConfig
+from transformer.dropout import Dropout
 from transformer.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from transformer.layers import DecoderLayer, EncoderLayer
 
@@ -47,7 +48,7 @@ class _Stack(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.positional = positional
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
         self.layers = nn.ModuleList(self.layer_class(**kwargs) for _ in range(n_layers))
         self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()

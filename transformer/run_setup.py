@@ -24,6 +24,7 @@ from transformer.distributed import (
     rng_states,
     seed_everything,
 )
+from transformer.dropout import use_fast_dropout
 from transformer.errors import UserError
 from transformer.fileio import RunLock
 from transformer.precision import resolve_precision
@@ -66,6 +67,7 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     use_onednn(cfg.onednn_linear)
+    use_fast_dropout(cfg.fast_cpu_dropout)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     seed_everything(cfg.seed)
