@@ -181,8 +181,9 @@ class LayerCache:
         grew) is replaced by a new one; otherwise nothing is allocated."""
         if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < rows.numel():
             spare = self.buffer.new_empty(2, max(rows.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
-        used = self.buffer[:, : self.rows, :, : self.length]  # (2, N, H, t, Dh)
-        torch.index_select(used, 1, rows, out=spare[:, : rows.numel(), :, : self.length])
+        used = self.length * self.buffer.size(4)  # a head's positions 0..t-1: the first t*Dh numbers of its block
+        source = self.buffer.flatten(3)[:, : self.rows, :, :used]  # (2, N, H, t*Dh): one piece per head to copy
+        torch.index_select(source, 1, rows, out=spare.flatten(3)[:, : rows.numel(), :, :used])
         old, self.buffer, self.rows = self.buffer, spare, rows.numel()
         return old
 
