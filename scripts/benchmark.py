@@ -359,7 +359,7 @@ def decode_main(argv: list[str] | None = None) -> None:
     device = f"{_cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
     common = {"kind": "decode", "device": device, "date": datetime.date.today().isoformat(), "command": command,
-              "shape": shape}  # fmt: skip
+              "shape": shape, "processes": "one per engine, timed inside it"}  # fmt: skip
     for compute, factories in engines_by_compute.items():
         with db.EngineProcesses(factories) as engines:  # one process per engine, kept for every search
             for beam in map(int, args.beams.split(",")):

@@ -2,12 +2,12 @@
 masks that are cheap to draw on the CPU.
 
 `F.dropout` on the CPU draws one number from PyTorch's generator per element, and that generator runs on one
-thread: 7.0 ms for a (4096, 256) activation on the 2-core dev machine, 7% of a small model's training step
-(docs/benchmarks.md). Here each element takes 16 random bits, four from each 64-bit draw, so a mask costs about a
-fifth of that. An element is dropped when its 16 bits, read as a number u in [0, 2^16), fall below
-q = round(p * 2^16): the drop probability is q / 2^16 (p = 0.1: 0.1000061), and kept elements are scaled by
-2^16 / (2^16 - q), so the expectation is x exactly, as with `F.dropout`. The masks are applied with arithmetic
-(no boolean tensors: PyTorch's CPU kernels on them are several times slower).
+thread: 6.5 ms for a (4096, 256) activation on the 2-core dev machine, 7% of a small model's training step
+(docs/benchmarks.md). Here each element takes 16 random bits, four from each 64-bit draw: 1.2 ms. An element is
+dropped when its 16 bits, read as a number u in [0, 2^16), fall below q = round(p * 2^16): the drop probability is
+q / 2^16 (p = 0.1: 0.1000061), and kept elements are scaled by 2^16 / (2^16 - q), so the expectation is x exactly,
+as with `F.dropout`. The masks are applied with arithmetic (no boolean tensors: PyTorch's CPU kernels on them are
+several times slower).
 
 On other devices, for other dtypes, or with `use_fast_dropout(False)` (`train.fast_cpu_dropout: false`, which
 gives the random stream of earlier versions), it is `F.dropout`.
