@@ -35,6 +35,7 @@ from torch import nn
 
 from transformer.attention import avoid_cudnn_attention
 from transformer.batching import Batch
+from transformer.cli import user_errors_exit_2
 from transformer.config import load_config
 from transformer.cpu_linear import use_onednn
 from transformer.dropout import use_fast_dropout
@@ -182,7 +183,7 @@ def flops_per_token(model: Transformer, cfg, vocab: int, mean_len: int) -> float
     return 6 * dense + attention
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/base.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -208,7 +209,7 @@ def main() -> None:
                         "(train.fast_cpu_dropout)")  # fmt: skip
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nn.Transformer's pre-LN notice
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -388,6 +389,5 @@ def _write_decode_record(record: dict, out: Path) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["decode"]:
-        decode_main(sys.argv[2:])
-    else:
-        main()
+        sys.exit(user_errors_exit_2(decode_main)(sys.argv[2:]))
+    sys.exit(user_errors_exit_2(main)(sys.argv[1:]))

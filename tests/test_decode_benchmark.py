@@ -3,6 +3,8 @@ random model's exported weights exactly as our search does (greedy and beam), le
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,8 @@ import pytest
 from transformer import decode_benchmark as db
 from transformer.tokenizer import EOS_ID, SPECIAL_PIECES
 
-TINY = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
 def _random_inputs():
@@ -45,3 +48,17 @@ def test_ctranslate2_decodes_as_ours(tmp_path):
             assert result["ours"]["outputs"] == result["ctranslate2"]["outputs"], beam
             assert all(len(hyp) == 5 for hyp in result["ours"]["outputs"])
             assert result["ours"]["tokens"] == 5 * len(sources) and result["ours"]["seconds"] > 0
+
+
+def test_the_script_reports_bad_input_in_one_line(tmp_path):
+    """scripts/benchmark.py, both modes: a missing file is one line on stderr and exit code 2, no traceback."""
+    script = str(ROOT / "scripts" / "benchmark.py")
+    missing = tmp_path / "none.pt"
+    for args, message in (
+        (["decode", "--checkpoint", str(missing)], f"error: checkpoint not found: {missing}"),
+        (["--config", str(tmp_path / "none.yaml")], "error: "),
+    ):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
