@@ -145,7 +145,7 @@ class EngineProcesses:
     and kept for every call; a context manager that ends the processes.
 
     Why: CTranslate2 brings its own OpenMP runtime, and once it has run in a process, PyTorch's parallel operations
-    there slow down (a LayerNorm of 128 rows: 12 us -> 58 us on 2 threads; our beam search on the demo model 3,900
+    there slow down (a LayerNorm of 128 rows: 12 us -> 58 us on 2 threads; our beam search on the demo model 4,150
     -> 2,800 tokens/s), so engines sharing a process measure each other (docs/benchmarks.md).
     """
 
