@@ -10,10 +10,12 @@ import torch
 
 from transformer.attention import (
     MultiHeadAttention,
+    attention_bias,
     avoid_cudnn_attention,
     make_causal_mask,
     make_pad_mask,
     reference_attention,
+    step_attention,
 )
 
 T = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
@@ -129,3 +131,26 @@ def test_avoid_cudnn_attention_turns_the_cudnn_backend_off():
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+def test_attention_bias_is_zero_or_minus_infinity():
+    bias = attention_bias(torch.tensor([[True, False, True]]), torch.float32)
+    assert bias.tolist() == [[0.0, float("-inf"), 0.0]] and bias.dtype == torch.float32
+
+
+@pytest.mark.parametrize("per_query", [False, True])
+def test_step_attention_with_a_bias_equals_the_masked_formula(per_query):
+    """Decoding's attention (baddbmm with the bias, on strided cache views) against softmax(QK^T/sqrt(d_k)) V with
+    the mask; a hidden key's value may be anything finite."""
+    B, H, Q, t, Dh = 2, 3, 4, 6, 8
+    q = torch.randn(B, H, Q, Dh, dtype=torch.float64)
+    cache = torch.randn(2, B, H, t + 3, Dh, dtype=torch.float64)  # room for more positions: strided views
+    k, v = cache[0, :, :, :t], cache[1, :, :, :t]
+    mask = torch.rand(B, 1, Q if per_query else 1, t) > 0.4
+    mask[..., 0], mask[..., 1] = True, False  # every query sees key 0; none sees key 1
+    expected = reference_attention(q, k, v, mask)
+    bias = attention_bias(mask, torch.float64)
+    torch.testing.assert_close(step_attention(q, k, v, bias), expected)
+    v[:, :, 1] = 1e30
+    torch.testing.assert_close(step_attention(q, k, v, bias), expected)
+    torch.testing.assert_close(step_attention(q, k, v), reference_attention(q, k, v))

@@ -14,7 +14,15 @@ from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 from transformer import decoding
 from transformer.attention import make_pad_mask
 from transformer.config import DecodeConfig, choices
-from transformer.decoding import LENGTH_PENALTIES, Hypothesis, filter_logits, generate, lp, max_output_lengths
+from transformer.decoding import (
+    LENGTH_PENALTIES,
+    Hypothesis,
+    filter_logits,
+    generate,
+    lp,
+    max_output_lengths,
+    top_candidates,
+)
 
 A, B_, C = 4, 5, 6  # scripted tokens (B_ so as not to shadow the batch size)
 IDS = dict(bos_id=BOS, eos_id=EOS)
@@ -382,3 +390,19 @@ def test_greedy_finished_rows_leave_the_batch():
     for source, hyp in zip(sources, together):
         [alone] = greedy_decode(model, *one_source(*source[:-1]), max_len_a=1.0, max_len_b=0, **IDS)
         assert (alone.tokens, alone.score) == (hyp.tokens, hyp.score)
+
+
+@pytest.mark.parametrize("V, chunk", [(4000, 160), (1000, 200), (23, 0)])  # 0: no chunks, every candidate read
+def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
+    """The chunked search returns exactly topk over all K*V sums scores[b, beam] + log_probs[b, beam, word]: the
+    same values, beams and words (random floats: no ties), with -inf entries (banned tokens, a whole chunk)."""
+    assert decoding._chunk_size(V) == chunk
+    g = torch.Generator().manual_seed(V)
+    B, K, k = 5, 4, 8
+    log_probs = torch.randn(B, K, V, generator=g).log_softmax(-1)
+    log_probs[:, :, :2] = -math.inf  # PAD and BOS
+    log_probs[0, 1, 80:240] = -math.inf
+    scores = torch.randn(B, K, generator=g) * 3
+    values, beams, words = top_candidates(log_probs, scores, k)
+    expected, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)
+    assert torch.equal(values, expected) and torch.equal(beams, index // V) and torch.equal(words, index % V)

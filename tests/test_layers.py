@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import PAD, random_tokens
 
-from transformer.attention import make_pad_mask
+from transformer.attention import attention_bias, make_pad_mask
 from transformer.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 
 SIZES = dict(d_model=16, n_heads=2, d_ff=24, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, eps=1e-5)
@@ -78,19 +78,23 @@ def test_decoder_layer_step_equals_its_full_forward(norm_first):
     with torch.no_grad():
         full = layer(x, memory, mask)  # (B, T, D)
         cache = layer.init_cache(memory, beams=1, capacity=4)
-        steps = torch.cat([layer.step(x[:, t : t + 1], cache, mask) for t in range(4)], dim=1)
+        bias = attention_bias(mask, torch.float64)
+        steps = torch.cat([layer.step(x[:, t : t + 1], cache, bias, None) for t in range(4)], dim=1)
     torch.testing.assert_close(steps, full)
-    assert cache.self_k.shape == (2, 2, 4, 8) and cache.cross_k.shape == (2, 2, 7, 8)
+    assert cache.keys.shape == (2, 2, 4, 8) and cache.cross_k.shape == (2, 2, 7, 8)
 
 
 def test_decoder_layer_step_shares_memory_across_beams():
-    """K = 3 rows per sentence query one copy of the sentence's memory: equal to each row with its own copy."""
+    """K = 3 rows per sentence query one copy of the sentence's memory and one cache with a slot per row (each row
+    attending its own): equal to each row with its own copy."""
     layer, mask = _layer(DecoderLayer, False), _padded_mask(7, row=1, real=3)
     memory, x = torch.randn(2, 7, 16, dtype=torch.float64), torch.randn(6, 2, 16, dtype=torch.float64)
     rows = torch.arange(2).repeat_interleave(3)  # (6,) each row's sentence
     with torch.no_grad():
         full = layer(x, memory[rows], mask[rows])  # (6, 2, 16)
         cache = layer.init_cache(memory, beams=3, capacity=2)
-        steps = torch.cat([layer.step(x[:, t : t + 1], cache, mask) for t in range(2)], dim=1)
-    torch.testing.assert_close(steps, full)
-    assert cache.cross_k.shape == (2, 2, 7, 8) and cache.self_k.shape == (6, 2, 2, 8)
+        own = attention_bias(torch.eye(3, dtype=torch.bool), torch.float64)  # (K, slots): row k's history, slot k
+        bias = attention_bias(mask, torch.float64)
+        steps = [layer.step(x[:, t : t + 1], cache, bias, own.repeat(1, t + 1)) for t in range(2)]  # (K, (t+1)*K)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    assert cache.cross_k.shape == (2, 2, 7, 8) and cache.keys.shape == (2, 2, 2 * 3, 8)  # (B, H, t * slots, Dh)

@@ -8,7 +8,7 @@ import torch
 from conftest import PAD, TINY, random_tokens, tiny_model
 from torch import nn
 
-from transformer.attention import make_causal_mask, make_pad_mask
+from transformer.attention import LayerCache, make_causal_mask, make_pad_mask
 from transformer.config import ModelConfig
 from transformer.model import Transformer, count_parameters
 
@@ -138,7 +138,7 @@ def test_decode_step_equals_full_decode(norm_first, positional):
         cache = model.init_cache(memory, src_mask, beams=1, capacity=4)  # grows past 4 positions
         steps = torch.stack([model.decode_step(tgt[:, t : t + 1], cache) for t in range(6)], dim=1)
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
-    assert cache.layers[0].self_k.shape == (3, 2, 6, 8)
+    assert cache.layers[0].keys.shape == (3, 2, 6, 8)  # (B, H, t * slots, Dh), one slot
 
 
 def test_cache_keep_sentences_equals_permuted_inputs(model):
@@ -190,7 +190,7 @@ def test_cache_keep_sentences_with_reranked_rows(model):
         kept = sentences.repeat_interleave(2)
         expected = model.decode(tgt[rows], model.encode(src[kept], src_mask[kept]), src_mask[kept])
     torch.testing.assert_close(stepped, expected[:, 4].log_softmax(-1), atol=1e-5, rtol=1e-5)
-    assert cache.layers[0].self_k.shape == (4, 2, 5, 8) and cache.src_mask.size(0) == 2
+    assert cache.layers[0].keys.shape == (2, 2, 5 * 2, 8) and cache.src_mask.size(0) == 2  # 2 slots each
 
 
 def test_tied_embeddings_are_one_matrix(model):
@@ -215,3 +215,19 @@ def test_base_parameter_count():
     """The paper reports 65M for base; with a 37k shared vocabulary the count is 63.1M."""
     model = Transformer.from_config(ModelConfig(), src_vocab_size=37000, tgt_vocab_size=37000, pad_id=0)
     assert round(count_parameters(model) / 1e6, 1) == 63.1
+
+
+def test_cache_slots_grow_with_the_beams_and_unowned_slots_are_zero():
+    """One slot per sentence until re-ranking makes 3 rows of one: the old positions keep their key in slot 0 and
+    get zeros in the new slots (hidden by the bias, multiplied by a weight of exactly 0); a step that writes fewer
+    rows than there are slots zeroes the rest."""
+    layer = LayerCache(torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4), slots=1, capacity=2)  # (B, H, S, Dh)
+    k = torch.randn(2, 2, 1, 4)  # (B, H, K', Dh)
+    layer.append(k, k)
+    layer.resize(positions=2, slots=3)
+    keys, _ = layer.append(*(torch.randn(2, 2, 2, 4),) * 2)  # 2 rows into 3 slots
+    assert keys.shape == (2, 2, 2 * 3, 4)
+    assert torch.equal(keys[:, :, 0:1], k) and not keys[:, :, 1:3].any() and not keys[:, :, 5].any()
+    assert layer.buffer.size(3) == 2  # no position was added: capacity 2
+    layer.append(k, k)
+    assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept

@@ -3,7 +3,8 @@
 Legend: B batch, S source length, T target length, D d_model, H heads, Dh head dim (D / H), N = B*K rows.
 
 Masks are boolean and True means "may attend", as `F.scaled_dot_product_attention` reads them; only
-`make_pad_mask` and `make_causal_mask` build them.
+`make_pad_mask` and `make_causal_mask` build them. Decoding adds them to the scores instead, as biases
+(`attention_bias`: 0 where a query may attend, -inf where not).
 """
 
 from __future__ import annotations
@@ -120,107 +121,153 @@ class MultiHeadAttention(nn.Module):
         return self.attend(q, k, v, mask, is_causal)
 
 
-def step_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
-    """softmax(Q K^T / sqrt(d_k)) V for the few queries of one decoding step, as two batched matrix products.
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = may attend) as an additive bias of the same shape: 0 where True, -inf where False."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def step_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None):
+    """softmax(Q K^T / sqrt(d_k) + bias) V for the few queries of one decoding step, as two batched matrix products.
 
     q (B, H, Q, Dh); k, v (B, H, t, Dh), which may be views into a preallocated cache (any stride between rows
-    and heads, Dh contiguous); mask bool, broadcasting to (B, H, Q, t), True = may attend. -> (B, H, Q, Dh).
-    Decoding only (no dropout). `F.scaled_dot_product_attention`'s CPU kernel takes several times longer for one
-    query per row than these two products (docs/benchmarks.md).
+    and heads, Dh contiguous); bias (`attention_bias`) broadcasting to (B, H, Q, t), or None. -> (B, H, Q, Dh).
+    The scaling and the bias ride in the first product (baddbmm). Decoding only (no dropout).
+    `F.scaled_dot_product_attention`'s CPU kernel takes several times longer for so few queries per row than these
+    two products (docs/benchmarks.md).
     """
     B, H, Q, Dh = q.shape
     t = k.size(2)
-    scores = torch.bmm(q.reshape(B * H, Q, Dh), k.reshape(B * H, t, Dh).transpose(1, 2))  # (B*H, Q, t)
-    scores = scores.view(B, H, Q, t) / math.sqrt(Dh)  # (B, H, Q, t)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1).to(v.dtype).view(B * H, Q, t)  # (B*H, Q, t)
-    return torch.bmm(weights, v.reshape(B * H, t, Dh)).view(B, H, Q, Dh)  # (B, H, Q, Dh)
+    queries, keys = q.reshape(B * H, Q, Dh), k.reshape(B * H, t, Dh).transpose(1, 2)  # (B*H, Q, Dh), (B*H, Dh, t)
+    if bias is None:
+        bias = q.new_zeros(1, 1, 1)
+    else:
+        bias = bias.expand(B, H, -1, t).reshape(B * H, -1, t)  # (B*H, Q or 1, t)
+    scores = torch.baddbmm(bias, queries, keys, alpha=1 / math.sqrt(Dh))  # (B*H, Q, t)
+    return torch.bmm(scores.softmax(dim=-1), v.reshape(B * H, t, Dh)).view(B, H, Q, Dh)  # (B, H, Q, Dh)
 
 
 class LayerCache:
     """One decoder layer's keys and values during incremental decoding.
 
-    Self-attention: keys and values of the t positions decoded so far, per row, in a buffer allocated once for
-    `capacity` positions (doubled if a step needs more): a step writes its position in place, with no copy of the
-    prefix. Cross-attention: keys and values of the encoder memory, once per sentence; the rows of a sentence (its
-    beams) share them.
+    Self-attention: per sentence and position, one slot per beam (K of them; `slots`): at step t, the sentence's
+    row k writes its key and value into slot k of position t, and nothing moves afterwards. Re-ranking beams leaves
+    the buffer alone; each row reads its own history through the bias of `DecoderCache.self_attention_bias`, so a
+    sentence's K rows query all K*t cached slots together, in one matrix product, as they query its memory. The
+    buffer is allocated once for `capacity` positions (doubled if a step needs more). Cross-attention: keys and
+    values of the encoder memory, once per sentence.
     """
 
-    def __init__(self, cross_k: torch.Tensor, cross_v: torch.Tensor, *, rows: int, capacity: int) -> None:
+    def __init__(self, cross_k: torch.Tensor, cross_v: torch.Tensor, *, slots: int, capacity: int) -> None:
         B, H, S, Dh = cross_k.shape
         self.cross_k, self.cross_v = cross_k, cross_v  # (B, H, S, Dh) each
-        self.buffer = cross_k.new_empty(2, rows, H, max(capacity, 1), Dh)  # (2, N, H, T_max, Dh): keys, values
-        self.rows = rows  # rows in use: buffer[:, :rows]
+        self.buffer = cross_k.new_empty(2, B, H, max(capacity, 1), slots, Dh)  # (2, B, H, T_max, K, Dh): keys, values
+        self.sentences = B  # sentences in use: buffer[:, :B]
         self.length = 0  # positions in use: t
 
     @property
-    def self_k(self) -> torch.Tensor:
-        """(N, H, t, Dh), a view."""
-        return self.buffer[0, : self.rows, :, : self.length]
+    def slots(self) -> int:
+        return self.buffer.size(4)
+
+    def _used(self, kv: int) -> torch.Tensor:
+        """Keys (kv=0) or values (1) of positions 0..t-1, slot by slot: (B, H, t*K, Dh), a view."""
+        return self.buffer[kv, : self.sentences].flatten(2, 3)[:, :, : self.length * self.slots]
 
     @property
-    def self_v(self) -> torch.Tensor:
-        """(N, H, t, Dh), a view."""
-        return self.buffer[1, : self.rows, :, : self.length]
+    def keys(self) -> torch.Tensor:
+        return self._used(0)
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._used(1)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (N, H, 1, Dh) at position t; returns the keys and values of positions 0..t (N, H, t+1, Dh)."""
+        """Write k, v (B, H, K', Dh), row k' of each sentence into slot k' of position t; returns the keys and
+        values of positions 0..t (B, H, (t+1)*K, Dh)."""
         if self.length == self.buffer.size(3):
-            grown = self.buffer.new_empty(*self.buffer.shape[:3], 2 * self.length, self.buffer.size(4))
-            grown[:, :, :, : self.length] = self.buffer
-            self.buffer = grown
-        self.buffer[0, : self.rows, :, self.length] = k[:, :, 0]
-        self.buffer[1, : self.rows, :, self.length] = v[:, :, 0]
+            self.resize(positions=2 * self.length, slots=self.slots)
+        beams = k.size(2)
+        self.buffer[0, : self.sentences, :, self.length, :beams] = k
+        self.buffer[1, : self.sentences, :, self.length, :beams] = v
+        if beams < self.slots:  # slots no row owns: never attended, but their weight (0) multiplies them
+            self.buffer[:, : self.sentences, :, self.length, beams:] = 0
         self.length += 1
-        return self.self_k, self.self_v
+        return self.keys, self.values
 
-    def gather_rows(self, rows: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
-        """Row i takes row `rows[i]` (N',): copied into `spare` (the used positions only), which then becomes this
-        layer's buffer; returns the old buffer, the next layer's spare. A spare too small (more rows, or the cache
-        grew) is replaced by a new one; otherwise nothing is allocated."""
-        if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < rows.numel():
-            spare = self.buffer.new_empty(2, max(rows.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
-        used = self.length * self.buffer.size(4)  # a head's positions 0..t-1: the first t*Dh numbers of its block
-        source = self.buffer.flatten(3)[:, : self.rows, :, :used]  # (2, N, H, t*Dh): one piece per head to copy
-        torch.index_select(source, 1, rows, out=spare.flatten(3)[:, : rows.numel(), :, :used])
-        old, self.buffer, self.rows = self.buffer, spare, rows.numel()
+    def resize(self, *, positions: int, slots: int) -> None:
+        """Room for `positions` positions of `slots` slots; the used positions are copied, their new slots zeros."""
+        old = self.buffer[:, : self.sentences, :, : self.length]  # (2, B, H, t, K, Dh)
+        self.buffer = old.new_empty(*old.shape[:3], positions, slots, old.size(5))
+        self.buffer[:, :, :, : self.length, : old.size(4)] = old
+        self.buffer[:, :, :, : self.length, old.size(4) :] = 0
+
+    def keep_sentences(self, sentences: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
+        """Sentence i takes sentence `sentences[i]` (B',): copied into `spare` (the used positions only), which then
+        becomes this layer's buffer; returns the old buffer, the next layer's spare. A spare too small (more
+        sentences, or the cache grew) is replaced by a new one; otherwise nothing is allocated."""
+        if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < sentences.numel():
+            spare = self.buffer.new_empty(2, max(sentences.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
+        used = self.length * self.slots * self.buffer.size(5)  # a head's positions 0..t-1: its first t*K*Dh numbers
+        source = self.buffer.flatten(3)[:, : self.sentences, :, :used]  # (2, B, H, t*K*Dh): one piece per head
+        torch.index_select(source, 1, sentences, out=spare.flatten(3)[:, : sentences.numel(), :, :used])
+        old, self.buffer, self.sentences = self.buffer, spare, sentences.numel()
+        self.cross_k = self.cross_k.index_select(0, sentences)
+        self.cross_v = self.cross_v.index_select(0, sentences)
         return old
 
 
 class DecoderCache:
     """Everything incremental decoding needs between steps; passed to `Transformer.decode_step`, never stored.
 
-    Rows: N = B*K, the K beams (`beams`) of sentence b in rows b*K .. b*K+K-1. Moving rows copies only the
-    self-attention keys and values of the positions decoded so far, into a spare buffer that then swaps in.
+    Rows: N = B*K, the K beams (`beams`) of sentence b in rows b*K .. b*K+K-1. `ancestors` (N, t) holds, for each
+    row and position, the slot (see LayerCache) with its own history there: re-ranking beams re-orders this table
+    and moves no key or value. Dropping sentences copies the kept sentences' keys and values into a spare buffer
+    that then swaps in.
     """
 
     def __init__(self, layers: list[LayerCache], src_mask: torch.Tensor, *, beams: int) -> None:
         self.layers = layers
         self.src_mask = src_mask  # (B, 1, 1, S) bool, one per sentence
+        self.memory_bias = attention_bias(src_mask, layers[0].cross_k.dtype) if layers else None  # (B, 1, 1, S)
         self.beams = beams  # K rows per sentence
+        self.slots = beams  # cache slots per sentence and position: the most rows a sentence has had
         self.position = 0  # index of the next target position
+        self.ancestors = torch.zeros(src_mask.size(0) * beams, 0, dtype=torch.long, device=src_mask.device)  # (N, t)
         self._spare = torch.empty(0)
+
+    def self_attention_bias(self) -> torch.Tensor | None:
+        """Before a step: position t gets each row's own slot; -> the bias (`attention_bias`) of the slots each row
+        attends at positions 0..t, (B, 1, K, (t+1)*slots), or None when a sentence has one slot (its own)."""
+        B = self.src_mask.size(0)
+        own = torch.arange(self.beams, device=self.ancestors.device).repeat(B)  # (N,) row b*K + k writes slot k
+        self.ancestors = torch.cat([self.ancestors, own[:, None]], dim=1)  # (N, t+1)
+        if self.slots == 1:
+            return None
+        slots = torch.arange(self.slots, device=self.ancestors.device)  # (slots,)
+        visible = (self.ancestors[:, :, None] == slots).view(B, 1, self.beams, -1)  # (B, 1, K, (t+1)*slots)
+        return attention_bias(visible, self.memory_bias.dtype)
 
     def rerank_beams(self, rows: torch.Tensor) -> None:
         """Beams re-ranked within their sentences: row i takes row `rows[i]` (B*K',) of the same sentence; K' may
         differ from K (beam search's first step turns one row per sentence into K).
 
-        The cross-attention keys and values and the source mask belong to the sentence and stay where they are.
+        Only the ancestors table moves; the keys and values, the source mask and the memory stay where they are.
         """
-        for layer in self.layers:
-            self._spare = layer.gather_rows(rows, self._spare)
-        self.beams = rows.numel() // max(self.src_mask.size(0), 1)
+        beams = rows.numel() // max(self.src_mask.size(0), 1)
+        if beams > self.slots:
+            for layer in self.layers:
+                layer.resize(positions=layer.buffer.size(3), slots=beams)
+            self.slots = beams
+        self.ancestors = self.ancestors.index_select(0, rows)
+        self.beams = beams
 
     def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Keep sentences `sentences` (B',), finished ones dropped or (with one row each) repeated; `rows`
-        (B'*K,) the rows they keep, re-ranked in the same copy (default: each kept sentence's rows in order)."""
+        (B'*K,) the rows they keep, re-ranked at once (default: each kept sentence's rows in order)."""
         if rows is None:
             offsets = torch.arange(self.beams, device=sentences.device)  # (K,)
             rows = (sentences[:, None] * self.beams + offsets).view(-1)  # (B'*K,)
         for layer in self.layers:
-            self._spare = layer.gather_rows(rows, self._spare)
-            layer.cross_k = layer.cross_k.index_select(0, sentences)
-            layer.cross_v = layer.cross_v.index_select(0, sentences)
+            self._spare = layer.keep_sentences(sentences, self._spare)
         self.src_mask = self.src_mask.index_select(0, sentences)
-        self.beams = rows.numel() // max(sentences.numel(), 1)
+        self.memory_bias = self.memory_bias.index_select(0, sentences)
+        self.rerank_beams(rows)

@@ -21,6 +21,7 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
   while finished ones leave. A sentence is done when it has K finished hypotheses (fairseq's early stop; no bound
   on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
   hypotheses are finalised. Done sentences leave the batch at once (their rows leave the cache), as in fairseq.
+  The top 2K candidates come from `top_candidates`: the same as `topk` over all K x V, read chunk by chunk.
 - Every setting is a required keyword argument: `DecodeConfig` (config.py) holds the defaults, and `generate`
   passes them.
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
@@ -30,6 +31,7 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -199,17 +201,48 @@ def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs
         state.finished[state.sentence[b]].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
 
 
+def top_candidates(log_probs: torch.Tensor, scores: torch.Tensor, k: int):
+    """The k best one-token extensions of each sentence's hypotheses, best first: candidate (beam, word) scores
+    scores[b, beam] + log_probs[b, beam, word]. log_probs (B, K, V), scores (B, K) -> values, beams, words (B, k).
+
+    topk over all K*V candidates reads them one by one, slowly on the CPU. When V splits into chunks of c words
+    (`_chunk_size`), the k chunks with the highest maxima hold the k best candidates (a candidate elsewhere is at
+    most its chunk's maximum, so below k candidates that are at least as good), and topk reads just those k*c.
+    The values are the same sums either way; only the order among exactly equal candidates may differ.
+    """
+    B, K, V = log_probs.shape
+    c = _chunk_size(V)
+    if c == 0 or k * c >= K * V:
+        values, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)  # (B, k)
+        return values, index // V, index % V
+    C = V // c  # chunks per hypothesis
+    chunks = log_probs.view(B, K * C, c)  # (B, K*C, c)
+    maxima = (chunks.amax(dim=2).view(B, K, C) + scores[:, :, None]).view(B, K * C)  # each chunk's best candidate
+    best_chunks = maxima.topk(k, dim=1).indices  # (B, k)
+    inside = chunks.gather(1, best_chunks[:, :, None].expand(B, k, c))  # (B, k, c)
+    inside = inside + scores.gather(1, best_chunks // C)[:, :, None]  # (B, k, c) candidate scores
+    values, index = inside.view(B, k * c).topk(k, dim=1)  # (B, k)
+    chunk = best_chunks.gather(1, index // c)  # (B, k) in 0 .. K*C-1
+    return values, chunk // C, (chunk % C) * c + index % c
+
+
+@functools.cache
+def _chunk_size(V: int) -> int:  # noqa: N803
+    """The chunk size for `top_candidates`: the divisor of V in 64..512 that is a multiple of 8 (whole vectors)
+    nearest 160, or 0 if none; measured fastest on a 2-core CPU for V = 4k to 37k (docs/benchmarks.md)."""
+    divisors = [c for c in range(64, 513, 8) if V % c == 0]
+    return min(divisors, key=lambda c: abs(c - 160), default=0)
+
+
 def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) -> torch.Tensor:  # noqa: N803
     """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (B*K,).
 
-    log_probs (B*K_in, V), overwritten: K_in alive rows per sentence, 1 at the first step, then K (or fewer while K
+    log_probs (B*K_in, V): K_in alive rows per sentence, 1 at the first step, then K (or fewer while K
     exceeds the candidates, K_in * V: only with tiny vocabularies).
     """
     B, K_in = state.scores.shape
     V = log_probs.size(-1)
-    candidates = log_probs.add_(state.scores.view(B * K_in, 1)).view(B, K_in * V)  # (B, K_in*V), in place
-    top_scores, top_index = candidates.topk(min(2 * K, K_in * V), dim=1)  # (B, 2K)
-    beams, words = top_index // V, top_index % V  # (B, 2K)
+    top_scores, beams, words = top_candidates(log_probs.view(B, K_in, V), state.scores, min(2 * K, K_in * V))
     is_eos = words == eos_id  # (B, 2K)
     rank = torch.arange(top_scores.size(1), device=top_scores.device)  # (2K,)
     finishing = is_eos & (rank < K) & top_scores.isfinite()  # (B, 2K)

@@ -99,26 +99,31 @@ class DecoderLayer(_SublayerConnection):
 
     def init_cache(self, memory: torch.Tensor, *, beams: int, capacity: int) -> LayerCache:
         """Cross-attention keys and values, computed once per sentence of memory (B, S, D); room for `capacity`
-        positions of self-attention keys and values for each of the B*beams rows."""
+        positions of self-attention keys and values, `beams` slots each (more are added when beams multiply)."""
         cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
-        return LayerCache(cross_k, cross_v, rows=memory.size(0) * beams, capacity=capacity)
+        return LayerCache(cross_k, cross_v, slots=beams, capacity=capacity)
 
-    def step(self, x: torch.Tensor, cache: LayerCache, src_mask: torch.Tensor) -> torch.Tensor:
+    def step(
+        self, x: torch.Tensor, cache: LayerCache, memory_bias: torch.Tensor, self_bias: torch.Tensor | None
+    ) -> torch.Tensor:
         """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D).
 
-        src_mask (B, 1, 1, S): N = B*K rows, a sentence's K rows consecutive.
+        N = B*K rows, a sentence's K rows consecutive. Biases (`attention_bias`): memory_bias (B, 1, 1, S) for the
+        source padding; self_bias (B, 1, K, (t+1)*slots) or None, the cached slots each row may attend
+        (`DecoderCache.self_attention_bias`). A sentence's K rows query together, its cache and its memory alike.
         """
         N, _, D = x.shape
-        B = src_mask.size(0)
+        B = memory_bias.size(0)
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
-            q, k, v = self.self_attn.project_qkv(h)  # (N, H, 1, Dh) each
-            k, v = cache.append(k, v)  # (N, H, t+1, Dh): the prefix is never recomputed
-            return self.self_attn.merge_heads(step_attention(q, k, v))  # the newest position sees every cached one
+            q, k, v = self.self_attn.project_qkv(h.view(B, N // B, D))  # (B, H, K, Dh) each
+            keys, values = cache.append(k, v)  # (B, H, (t+1)*slots, Dh): the prefix is never recomputed
+            heads = step_attention(q, keys, values, self_bias)  # (B, H, K, Dh)
+            return self.self_attn.merge_heads(heads).view(N, 1, D)
 
         def cross_attention(h: torch.Tensor) -> torch.Tensor:
-            q = self.cross_attn.project_q(h.view(B, N // B, D))  # (B, H, K, Dh): a sentence's K rows query together
-            heads = step_attention(q, cache.cross_k, cache.cross_v, src_mask)  # (B, H, K, Dh)
+            q = self.cross_attn.project_q(h.view(B, N // B, D))  # (B, H, K, Dh)
+            heads = step_attention(q, cache.cross_k, cache.cross_v, memory_bias)  # (B, H, K, Dh)
             return self.cross_attn.merge_heads(heads).view(N, 1, D)
 
         x = self.residual(x, self.self_attn_norm, self_attention)
