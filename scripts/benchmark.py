@@ -39,6 +39,7 @@ from transformer.cli import user_errors_exit_2
 from transformer.config import load_config
 from transformer.cpu_linear import use_onednn
 from transformer.dropout import use_fast_dropout
+from transformer.errors import UserError
 from transformer.loss import label_smoothed_loss
 from transformer.model import Transformer, count_parameters
 from transformer.optim import batch_loss
@@ -310,6 +311,9 @@ def round_ratios(results: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- decode mode
 
 
+DECODE_COMPUTES = {"cpu": ("fp32", "int8"), "cuda": ("fp16", "bf16", "fp32")}  # per --device, the default first
+
+
 def _decode_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmark.py decode", description=decode_main.__doc__)
     parser.add_argument("--checkpoint", help="a trained model: decode its config's data.test split")
@@ -320,7 +324,8 @@ def _decode_parser() -> argparse.ArgumentParser:
     parser.add_argument("--forced", type=int, default=0, help="force every output to this many tokens")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     parser.add_argument("--beams", default="1,4")
-    parser.add_argument("--computes", default="fp32,int8")
+    parser.add_argument("--device", choices=list(DECODE_COMPUTES), default="cpu")
+    parser.add_argument("--computes", help="comma-separated (default: fp32,int8 on the CPU, fp16,bf16 on CUDA)")
     parser.add_argument("--engines", default="ours,ctranslate2,hf")
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--max-len-a", type=float, default=1.2)
@@ -343,6 +348,13 @@ def decode_main(argv: list[str] | None = None) -> None:
     from transformer import decode_benchmark as db
 
     args = _decode_parser().parse_args(argv)
+    offered = DECODE_COMPUTES[args.device]
+    computes = (args.computes or ",".join(offered[:2])).split(",")
+    if unknown := [c for c in computes if c not in offered]:
+        raise UserError(f"--computes {','.join(unknown)} is not offered on --device {args.device}: use "
+                        f"{', '.join(offered)}")  # fmt: skip
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False)")
     torch.set_num_threads(args.threads)
     model, tokenizer, config, sources, references = db.decode_inputs(
         args.checkpoint, config_path=args.config, vocab=args.vocab, sentences=args.sentences, src_len=args.src_len
@@ -354,13 +366,17 @@ def decode_main(argv: list[str] | None = None) -> None:
     )
     batches = db.batches_of(sources, args.batch_size)
     engines_by_compute = db.decode_engines(
-        model, tokenizer, config, args.engines.split(","), args.computes.split(","), threads=args.threads,
-        random_weights=not args.checkpoint, tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")),
+        model, tokenizer, config, args.engines.split(","), computes, threads=args.threads,
+        random_weights=not args.checkpoint, tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")), device=args.device,
     )  # fmt: skip
-    device = f"{_cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
+    if args.device == "cuda":
+        device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    else:
+        device = f"{_cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
-    common = {"kind": "decode", "device": device, "date": datetime.date.today().isoformat(), "command": command,
-              "shape": shape, "processes": "one per engine, timed inside it"}  # fmt: skip
+    common = {"kind": "decode", "device": device, "device_type": args.device,
+              "date": datetime.date.today().isoformat(), "command": command, "shape": shape,
+              "processes": "one per engine, timed inside it"}  # fmt: skip
     for compute, factories in engines_by_compute.items():
         with db.EngineProcesses(factories) as engines:  # one process per engine, kept for every search
             for beam in map(int, args.beams.split(",")):
@@ -384,7 +400,9 @@ def _write_decode_record(record: dict, out: Path) -> None:
     print(f"{record['shape']} | {label} | {record['compute']}: {line}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     slug = "".join(ch if ch.isalnum() else "_" for ch in record["shape"].split()[0])  # "base (6+6, ...)" -> base
-    (out / f"decode_cpu_{slug}_{search}_{record['compute']}.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / f"decode_{record['device_type']}_{slug}_{search}_{record['compute']}.json").write_text(
+        json.dumps(record, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

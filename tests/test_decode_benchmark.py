@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from transformer import decode_benchmark as db
 from transformer.tokenizer import EOS_ID, SPECIAL_PIECES
@@ -50,6 +51,18 @@ def test_ctranslate2_decodes_as_ours(tmp_path):
             assert result["ours"]["tokens"] == 5 * len(sources) and result["ours"]["seconds"] > 0
 
 
+def test_ours_decodes_in_bf16_on_a_cast_copy():
+    """The GPU compute types cast a copy of our model (here bf16 on the CPU): forced lengths hold, greedy and beam,
+    and the model given stays float32."""
+    model, _, _, sources, _ = _random_inputs()
+    run = db.build_engine("ours", "bf16", 1, model)
+    for beam in (1, 4):
+        settings = db.DecodeSettings(beam=beam, alpha=1.0, max_len_a=1.2, max_len_b=10, forced=5)
+        outputs = run(sources[:3], settings)
+        assert len(outputs) == 3 and all(len(hyp) == 5 for hyp in outputs), beam
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
 def test_the_script_reports_bad_input_in_one_line(tmp_path):
     """scripts/benchmark.py, both modes: a missing file is one line on stderr and exit code 2, no traceback."""
     script = str(ROOT / "scripts" / "benchmark.py")
@@ -57,6 +70,12 @@ def test_the_script_reports_bad_input_in_one_line(tmp_path):
     for args, message in (
         (["decode", "--checkpoint", str(missing)], f"error: checkpoint not found: {missing}"),
         (["--config", str(tmp_path / "none.yaml")], "error: "),
+        (["decode", "--computes", "fp16"], "error: --computes fp16 is not offered on --device cpu: use fp32, int8"),
+        *(
+            []
+            if torch.cuda.is_available()
+            else [(["decode", "--device", "cuda"], "error: --device cuda: this machine")]
+        ),
     ):
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr

@@ -14,6 +14,9 @@ the same settings, which is what makes their outputs comparable token for token:
 Tokenization and detokenization are outside the timings. Target tokens/s counts each engine's own output tokens
 (EOS excluded), so identical outputs give identical counts. Each engine runs in a process of its own
 (`EngineProcesses`): in a shared one they slow each other down.
+Compute types (`COMPUTES`): on the CPU fp32 (ours with packed Linear weights) and int8 (ours: PyTorch's dynamic
+quantization; CT2 int8; HF has none); on a GPU fp32, fp16 and bf16, every engine holding its weights in that type
+(ours and HF cast, CT2 converts at load) and decoding with them, as CT2 does.
 
 `decode_inputs` gives a trained checkpoint's test split or a random model with random sources, `decode_engines`
 the engines on its exported weights, `time_engines` their timings, `compare_engines` each one's speed, agreement
@@ -23,6 +26,7 @@ with ours and BLEU;
 
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing
 import time
@@ -36,6 +40,13 @@ import torch
 from transformer.attention import make_pad_mask
 from transformer.decoding import beam_search, greedy_decode
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
+
+COMPUTES = {  # compute type -> (torch dtype of ours and HF, CTranslate2's compute_type); int8: CPU only, not HF
+    "fp32": (torch.float32, "float32"),
+    "fp16": (torch.float16, "float16"),
+    "bf16": (torch.bfloat16, "bfloat16"),
+    "int8": (None, "int8"),
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,10 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
 
 
 def ours_engine(model) -> Callable:
+    device = next(model.parameters()).device
+
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
-        src = pad(rows)
+        src = pad(rows).to(device)
         low, high = s.limits(src.size(1))
         kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=0.0, max_len_b=high, min_len=low)
         if s.beam == 1:
@@ -83,7 +96,7 @@ def ours_engine(model) -> Callable:
 
 def hf_engine(hf_model) -> Callable:
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
-        src = pad(rows)
+        src = pad(rows).to(hf_model.device)
         low, high = s.limits(src.size(1))
         with torch.inference_mode():
             out = hf_model.generate(
@@ -118,26 +131,30 @@ def ct2_engine(translator, src_pieces: list[str], tgt_pieces: list[str], *, supp
     return run
 
 
-def build_engine(name: str, compute: str, threads: int, source, **options) -> Callable:
-    """The run function of one engine at `threads` CPU threads: "ours" decodes `source` (our model) packed for
-    fp32 or quantized for int8; "ctranslate2" and "hf" load their export in the folder `source` (`options`: the
-    pieces and `suppress` of `ct2_engine`)."""
+def build_engine(name: str, compute: str, threads: int, source, device: str = "cpu", **options) -> Callable:
+    """The run function of one engine on `device` ("cpu" with `threads` threads, or "cuda") in `compute`
+    (`COMPUTES`): "ours" decodes `source` (our model): on the CPU packed for fp32, quantized for int8, otherwise
+    cast; "ctranslate2" and "hf" load their export in the folder `source` (`options`: the pieces and `suppress` of
+    `ct2_engine`)."""
     torch.set_num_threads(threads)
+    dtype, ct2_compute = COMPUTES[compute]
     if name == "ours":
         from transformer.cpu_linear import pack_linears, quantize_int8
 
-        return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source))
+        if device == "cpu" and compute in ("fp32", "int8"):
+            return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source))
+        return ours_engine(copy.deepcopy(source).to(device=device, dtype=dtype))  # the caller's model stays
     if name == "ctranslate2":
         import ctranslate2
 
-        translator = ctranslate2.Translator(str(source), device="cpu", compute_type="float32" if compute == "fp32"
-                                            else "int8", intra_threads=threads, inter_threads=1)  # fmt: skip
+        translator = ctranslate2.Translator(str(source), device=device, compute_type=ct2_compute,
+                                            intra_threads=threads, inter_threads=1)  # fmt: skip
         return ct2_engine(translator, **options)
     from transformers import AutoModelForSeq2SeqLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "both max_new_tokens and max_length set": ours are per batch
-    return hf_engine(AutoModelForSeq2SeqLM.from_pretrained(source).eval())
+    return hf_engine(AutoModelForSeq2SeqLM.from_pretrained(source).to(device=device, dtype=dtype).eval())
 
 
 class EngineProcesses:
@@ -239,14 +256,16 @@ def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sente
 
 
 def decode_engines(
-    model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp
-) -> dict[str, dict[str, Callable[[], Callable]]]:
-    """{compute: {engine name: factory}} for fp32 and int8: `build_engine` bound to our model or to the weights
-    exported from it into `tmp` (done here), for `EngineProcesses`."""
+    model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp,
+    device: str = "cpu",
+) -> dict[str, dict[str, Callable[[], Callable]]]:  # fmt: skip
+    """{compute: {engine name: factory}} for `computes` (`COMPUTES`) on `device`: `build_engine` bound to our model
+    or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8."""
     out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
+    on = dict(device=device)
     if "ours" in names:
         for c in computes:
-            out[c]["ours"] = partial(build_engine, "ours", c, threads, model)
+            out[c]["ours"] = partial(build_engine, "ours", c, threads, model, **on)
     if "ctranslate2" in names:
         from transformer.export import export_ctranslate2
 
@@ -255,12 +274,14 @@ def decode_engines(
                       tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
                       suppress=random_weights)  # fmt: skip
         for c in computes:
-            out[c]["ctranslate2"] = partial(build_engine, "ctranslate2", c, threads, tmp / "ct2", **pieces)
-    if "hf" in names and "fp32" in computes:
+            out[c]["ctranslate2"] = partial(build_engine, "ctranslate2", c, threads, tmp / "ct2", **on, **pieces)
+    hf_computes = [c for c in computes if c != "int8"]
+    if "hf" in names and hf_computes:
         from transformer.export import hf_model_from_ours
 
         hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
-        out["fp32"]["hf"] = partial(build_engine, "hf", "fp32", threads, tmp / "hf")
+        for c in hf_computes:
+            out[c]["hf"] = partial(build_engine, "hf", c, threads, tmp / "hf", **on)
     return out
 
 
