@@ -338,7 +338,7 @@ def _decode_parser() -> argparse.ArgumentParser:
 
 
 def decode_main(argv: list[str] | None = None) -> None:
-    """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [...]
+    """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [--device cuda]
 
     Ours against CTranslate2 and HF generate on the same weights (transformer/decode_benchmark.py has the rules);
     one JSON per search and compute type in --out.

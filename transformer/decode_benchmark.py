@@ -37,7 +37,7 @@ from functools import partial
 
 import torch
 
-from transformer.attention import make_pad_mask
+from transformer.attention import avoid_cudnn_attention, make_pad_mask
 from transformer.decoding import beam_search, greedy_decode
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
 
@@ -137,6 +137,8 @@ def build_engine(name: str, compute: str, threads: int, source, device: str = "c
     cast; "ctranslate2" and "hf" load their export in the folder `source` (`options`: the pieces and `suppress` of
     `ct2_engine`)."""
     torch.set_num_threads(threads)
+    if device == "cuda":
+        avoid_cudnn_attention()  # ours and HF alike, as `Translator` does: cuDNN would plan every new shape anew
     dtype, ct2_compute = COMPUTES[compute]
     if name == "ours":
         from transformer.cpu_linear import pack_linears, quantize_int8
