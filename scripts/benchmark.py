@@ -311,9 +311,6 @@ def round_ratios(results: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- decode mode
 
 
-DECODE_COMPUTES = {"cpu": ("fp32", "int8"), "cuda": ("fp16", "bf16", "fp32")}  # per --device, the default first
-
-
 def _decode_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmark.py decode", description=decode_main.__doc__)
     parser.add_argument("--checkpoint", help="a trained model: decode its config's data.test split")
@@ -324,7 +321,7 @@ def _decode_parser() -> argparse.ArgumentParser:
     parser.add_argument("--forced", type=int, default=0, help="force every output to this many tokens")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     parser.add_argument("--beams", default="1,4")
-    parser.add_argument("--device", choices=list(DECODE_COMPUTES), default="cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--computes", help="comma-separated (default: fp32,int8 on the CPU, fp16,bf16 on CUDA)")
     parser.add_argument("--engines", default="ours,ctranslate2,hf")
     parser.add_argument("--alpha", type=float, default=1.0)
@@ -348,7 +345,7 @@ def decode_main(argv: list[str] | None = None) -> None:
     from transformer import decode_benchmark as db
 
     args = _decode_parser().parse_args(argv)
-    offered = DECODE_COMPUTES[args.device]
+    offered = db.DEVICE_COMPUTES[args.device]
     computes = (args.computes or ",".join(offered[:2])).split(",")
     if unknown := [c for c in computes if c not in offered]:
         raise UserError(f"--computes {','.join(unknown)} is not offered on --device {args.device}: use "

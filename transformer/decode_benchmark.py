@@ -47,6 +47,7 @@ COMPUTES = {  # compute type -> (torch dtype of ours and HF, CTranslate2's compu
     "bf16": (torch.bfloat16, "bfloat16"),
     "int8": (None, "int8"),
 }
+DEVICE_COMPUTES = {"cpu": ("fp32", "int8"), "cuda": ("fp16", "bf16", "fp32")}  # offered per device, defaults first
 
 
 @dataclass(frozen=True)
@@ -264,10 +265,9 @@ def decode_engines(
     """{compute: {engine name: factory}} for `computes` (`COMPUTES`) on `device`: `build_engine` bound to our model
     or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8."""
     out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
-    on = dict(device=device)
     if "ours" in names:
         for c in computes:
-            out[c]["ours"] = partial(build_engine, "ours", c, threads, model, **on)
+            out[c]["ours"] = partial(build_engine, "ours", c, threads, model, device=device)
     if "ctranslate2" in names:
         from transformer.export import export_ctranslate2
 
@@ -276,14 +276,16 @@ def decode_engines(
                       tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
                       suppress=random_weights)  # fmt: skip
         for c in computes:
-            out[c]["ctranslate2"] = partial(build_engine, "ctranslate2", c, threads, tmp / "ct2", **on, **pieces)
+            out[c]["ctranslate2"] = partial(
+                build_engine, "ctranslate2", c, threads, tmp / "ct2", device=device, **pieces
+            )
     hf_computes = [c for c in computes if c != "int8"]
     if "hf" in names and hf_computes:
         from transformer.export import hf_model_from_ours
 
         hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
         for c in hf_computes:
-            out[c]["hf"] = partial(build_engine, "hf", c, threads, tmp / "hf", **on)
+            out[c]["hf"] = partial(build_engine, "hf", c, threads, tmp / "hf", device=device)
     return out
 
 
