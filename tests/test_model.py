@@ -223,11 +223,11 @@ def test_cache_slots_grow_with_the_beams_and_unowned_slots_are_zero():
     rows than there are slots zeroes the rest."""
     layer = LayerCache(torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4), slots=1, capacity=2)  # (B, H, S, Dh)
     k = torch.randn(2, 2, 1, 4)  # (B, H, K', Dh)
-    layer.append(k, k)
+    layer.append(torch.stack([k, k]))  # keys and values (2, B, H, K', Dh)
     layer.resize(positions=2, slots=3)
-    keys, _ = layer.append(*(torch.randn(2, 2, 2, 4),) * 2)  # 2 rows into 3 slots
+    keys, _ = layer.append(torch.randn(2, 2, 2, 2, 4))  # 2 rows into 3 slots
     assert keys.shape == (2, 2, 2 * 3, 4)
     assert torch.equal(keys[:, :, 0:1], k) and not keys[:, :, 1:3].any() and not keys[:, :, 5].any()
     assert layer.buffer.size(3) == 2  # no position was added: capacity 2
-    layer.append(k, k)
-    assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept
+    layer.append(torch.stack([k, k]))
+    assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept  # doubled, the prefix kept

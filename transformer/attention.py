@@ -71,10 +71,11 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
 
-    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention projections: (B, T, D) -> three (B, H, T, Dh)."""
-        q, k, v = linear(self.qkv_proj, x).chunk(3, dim=-1)  # 3 x (B, T, D)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+    def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention projections: (B, T, D) -> (3, B, H, T, Dh), the queries, keys and values (one view)."""
+        B, T, _ = x.shape
+        qkv = linear(self.qkv_proj, x).view(B, T, 3, self.n_heads, self.d_head)  # (B, T, 3, H, Dh)
+        return qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
 
     def project_q(self, x: torch.Tensor) -> torch.Tensor:
         """Cross-attention queries: (B, T, D) -> (B, H, T, Dh)."""
@@ -115,7 +116,7 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """Full-sequence attention. Self: x (B, T, D). Cross: x (B, T, D) attends to memory (B, S, D)."""
         if self.self_attention:
-            q, k, v = self.project_qkv(x)
+            q, k, v = self.project_qkv(x).unbind(0)
         else:
             q, (k, v) = self.project_q(x), self.project_kv(memory)
         return self.attend(q, k, v, mask, is_causal)
@@ -168,30 +169,25 @@ class LayerCache:
     def slots(self) -> int:
         return self.buffer.size(4)
 
-    def _used(self, kv: int) -> torch.Tensor:
-        """Keys (kv=0) or values (1) of positions 0..t-1, slot by slot: (B, H, t*K, Dh), a view."""
-        return self.buffer[kv, : self.sentences].flatten(2, 3)[:, :, : self.length * self.slots]
+    def used(self) -> torch.Tensor:
+        """Keys and values of positions 0..t-1, slot by slot: (2, B, H, t*K, Dh), a view."""
+        return self.buffer[:, : self.sentences].flatten(3, 4)[:, :, :, : self.length * self.slots]
 
     @property
     def keys(self) -> torch.Tensor:
-        return self._used(0)
+        return self.used()[0]
 
-    @property
-    def values(self) -> torch.Tensor:
-        return self._used(1)
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (B, H, K', Dh), row k' of each sentence into slot k' of position t; returns the keys and
-        values of positions 0..t (B, H, (t+1)*K, Dh)."""
+    def append(self, kv: torch.Tensor) -> torch.Tensor:
+        """Write keys and values kv (2, B, H, K', Dh), row k' of each sentence into slot k' of position t, in one
+        copy; returns the keys and values of positions 0..t (2, B, H, (t+1)*K, Dh)."""
         if self.length == self.buffer.size(3):
             self.resize(positions=2 * self.length, slots=self.slots)
-        beams = k.size(2)
-        self.buffer[0, : self.sentences, :, self.length, :beams] = k
-        self.buffer[1, : self.sentences, :, self.length, :beams] = v
+        beams = kv.size(3)
+        self.buffer[:, : self.sentences, :, self.length, :beams] = kv
         if beams < self.slots:  # slots no row owns: never attended, but their weight (0) multiplies them
             self.buffer[:, : self.sentences, :, self.length, beams:] = 0
         self.length += 1
-        return self.keys, self.values
+        return self.used()
 
     def resize(self, *, positions: int, slots: int) -> None:
         """Room for `positions` positions of `slots` slots; the used positions are copied, their new slots zeros."""
@@ -201,12 +197,28 @@ class LayerCache:
         self.buffer[:, :, :, : self.length, old.size(4) :] = 0
 
     def keep_sentences(self, sentences: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
-        """Sentence i takes sentence `sentences[i]` (B',): copied into `spare` (the used positions only), which then
-        becomes this layer's buffer; returns the old buffer, the next layer's spare. A spare too small (more
-        sentences, or the cache grew) is replaced by a new one; otherwise nothing is allocated."""
+        """Sentence i takes sentence `sentences[i]` (B',); returns the next layer's spare buffer.
+
+        When every sentence that moves comes from past the first B' (done sentences' places filled by the last
+        ones, as beam search drops them), only those move, in place. Otherwise all are copied into `spare` (the
+        used positions only), which then becomes this layer's buffer, and the old buffer is returned as the next
+        spare; a spare too small (more sentences, or the cache grew) is replaced by a new one.
+        """
+        index = sentences.tolist()
+        moves = [(i, j) for i, j in enumerate(index) if i != j]
+        used = self.length * self.slots * self.buffer.size(5)  # a head's positions 0..t-1: its first t*K*Dh numbers
+        if all(j >= len(index) for _, j in moves):
+            if moves:
+                to, source = (torch.tensor(side, device=sentences.device) for side in zip(*moves))
+                flat = self.buffer.flatten(3)  # (2, B_max, H, T_max*K*Dh)
+                flat[:, to, :, :used] = flat[:, source, :, :used]
+                for cross in (self.cross_k, self.cross_v):
+                    cross[to] = cross[source]
+            self.sentences = len(index)
+            self.cross_k, self.cross_v = self.cross_k[: len(index)], self.cross_v[: len(index)]
+            return spare
         if spare.shape[2:] != self.buffer.shape[2:] or spare.size(1) < sentences.numel():
             spare = self.buffer.new_empty(2, max(sentences.numel(), self.buffer.size(1)), *self.buffer.shape[2:])
-        used = self.length * self.slots * self.buffer.size(5)  # a head's positions 0..t-1: its first t*K*Dh numbers
         source = self.buffer.flatten(3)[:, : self.sentences, :, :used]  # (2, B, H, t*K*Dh): one piece per head
         torch.index_select(source, 1, sentences, out=spare.flatten(3)[:, : sentences.numel(), :, :used])
         old, self.buffer, self.sentences = self.buffer, spare, sentences.numel()
@@ -218,46 +230,59 @@ class LayerCache:
 class DecoderCache:
     """Everything incremental decoding needs between steps; passed to `Transformer.decode_step`, never stored.
 
-    Rows: N = B*K, the K beams (`beams`) of sentence b in rows b*K .. b*K+K-1. `ancestors` (N, t) holds, for each
-    row and position, the slot (see LayerCache) with its own history there: re-ranking beams re-orders this table
-    and moves no key or value. Dropping sentences copies the kept sentences' keys and values into a spare buffer
-    that then swaps in.
+    Rows: N = B*K, the K beams (`beams`) of sentence b in rows b*K .. b*K+K-1. `history` (N, T_max*slots) holds
+    the attention bias of each row over the cached slots (see LayerCache), position p's slots in columns
+    p*slots .. p*slots+slots-1: 0 at the slot with the row's own history there, -inf at the others. Re-ranking
+    beams re-orders these rows and moves no key or value; each step writes one position's columns. Dropping
+    sentences copies the kept sentences' keys and values into a spare buffer that then swaps in.
     """
 
     def __init__(self, layers: list[LayerCache], src_mask: torch.Tensor, *, beams: int) -> None:
         self.layers = layers
         self.src_mask = src_mask  # (B, 1, 1, S) bool, one per sentence
-        self.memory_bias = attention_bias(src_mask, layers[0].cross_k.dtype) if layers else None  # (B, 1, 1, S)
+        dtype = layers[0].cross_k.dtype if layers else torch.float32
+        heads = layers[0].cross_k.size(1) if layers else 1
+        B, _, _, S = src_mask.shape
+        self.memory_bias = attention_bias(src_mask, dtype).expand(B, heads, 1, S).contiguous()  # (B, H, 1, S)
         self.beams = beams  # K rows per sentence
         self.slots = beams  # cache slots per sentence and position: the most rows a sentence has had
         self.position = 0  # index of the next target position
-        self.ancestors = torch.zeros(src_mask.size(0) * beams, 0, dtype=torch.long, device=src_mask.device)  # (N, t)
+        capacity = layers[0].buffer.size(3) if layers else 1
+        self.history = torch.zeros(B * beams, capacity * beams, dtype=dtype, device=src_mask.device)  # (N, T_max*K)
         self._spare = torch.empty(0)
+        self._own = torch.empty(0)
 
     def self_attention_bias(self) -> torch.Tensor | None:
-        """Before a step: position t gets each row's own slot; -> the bias (`attention_bias`) of the slots each row
-        attends at positions 0..t, (B, 1, K, (t+1)*slots), or None when a sentence has one slot (its own)."""
-        B = self.src_mask.size(0)
-        own = torch.arange(self.beams, device=self.ancestors.device).repeat(B)  # (N,) row b*K + k writes slot k
-        self.ancestors = torch.cat([self.ancestors, own[:, None]], dim=1)  # (N, t+1)
+        """Before a step: position t gets each row's own slot; -> the bias of the slots each row attends at
+        positions 0..t, for every head, (B, H, K, (t+1)*slots), or None when a sentence has one slot (its own)."""
         if self.slots == 1:
             return None
-        slots = torch.arange(self.slots, device=self.ancestors.device)  # (slots,)
-        visible = (self.ancestors[:, :, None] == slots).view(B, 1, self.beams, -1)  # (B, 1, K, (t+1)*slots)
-        return attention_bias(visible, self.memory_bias.dtype)
+        N, K, t = self.history.size(0), self.beams, self.position
+        if (t + 1) * self.slots > self.history.size(1):
+            self.history = torch.cat([self.history, torch.empty_like(self.history)], dim=1)  # room for 2x positions
+        if self._own.shape != (K, self.slots):  # row b*K + k writes slot k: 0 there, -inf at the other slots
+            eye = torch.eye(K, self.slots, dtype=torch.bool, device=self.history.device)
+            self._own = attention_bias(eye, self.history.dtype)  # (K, slots)
+        self.history.view(N // K, K, -1, self.slots)[:, :, t] = self._own
+        bias = self.history[:, : (t + 1) * self.slots].view(N // K, 1, K, -1)  # (B, 1, K, (t+1)*slots)
+        return bias.expand(-1, self.memory_bias.size(1), -1, -1).contiguous()  # (B, H, K, (t+1)*slots)
 
     def rerank_beams(self, rows: torch.Tensor) -> None:
         """Beams re-ranked within their sentences: row i takes row `rows[i]` (B*K',) of the same sentence; K' may
         differ from K (beam search's first step turns one row per sentence into K).
 
-        Only the ancestors table moves; the keys and values, the source mask and the memory stay where they are.
+        Only the rows of `history` move; the keys and values, the source mask and the memory stay where they are.
         """
         beams = rows.numel() // max(self.src_mask.size(0), 1)
         if beams > self.slots:
             for layer in self.layers:
                 layer.resize(positions=layer.buffer.size(3), slots=beams)
+            N = self.history.size(0)
+            old = self.history.view(N, -1, self.slots)  # (N, T_max, slots); new slots hidden (-inf)
+            new = old.new_full((N, old.size(1), beams - self.slots), float("-inf"))
+            self.history = torch.cat([old, new], dim=2).view(N, -1)  # (N, T_max*beams)
             self.slots = beams
-        self.ancestors = self.ancestors.index_select(0, rows)
+        self.history = self.history.index_select(0, rows)
         self.beams = beams
 
     def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:

@@ -32,6 +32,7 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,10 +74,18 @@ def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_
 
 
 def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: int, min_len: int) -> torch.Tensor:
-    """(N, V) -> the same tensor, -inf written at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
-    banned = [model.pad_id, bos_id] + ([eos_id] if step < min_len else [])
-    index = torch.tensor(banned, device=log_probs.device)
-    return log_probs.index_fill_(1, index, NEG_INF)
+    """(N, V) -> the same tensor, -inf at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
+    banned = (model.pad_id, bos_id) + ((eos_id,) if step < min_len else ())
+    ban = _ban_row(banned, log_probs.dtype, log_probs.device)  # (max id + 1,): -inf at the banned ids, else 0
+    log_probs[:, : ban.numel()] += ban  # one small in-place add over the first columns (the special ids)
+    return log_probs
+
+
+@functools.cache
+def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    row = torch.zeros(max(banned) + 1, dtype=dtype, device=device)
+    row[list(banned)] = NEG_INF
+    return row
 
 
 # ------------------------------------------------------------------------------------ greedy and sampling
@@ -184,10 +193,10 @@ def sample(
 class _BeamState:
     tokens: torch.Tensor  # (N, t+1) long, BOS first: the alive hypotheses, sentence b in rows b*K .. b*K+K-1
     scores: torch.Tensor  # (B, K) float, log P of each alive hypothesis; -inf for empty slots
-    max_lens: torch.Tensor  # (B,) long
+    max_lens: list[int]  # (B,) each batch row's maximum output length
     sentence: list[int]  # (B,) each batch row's index in the input: done sentences leave the batch
     finished: list[list[Hypothesis]]  # per input sentence
-    done: torch.Tensor  # (B,) bool: done during this step, to leave the batch at its end
+    done: set[int]  # batch rows done during this step, to leave the batch at its end
     score_fn: Callable[[float, int], float]  # (log P, length) -> log P / lp(length)
 
 
@@ -251,8 +260,7 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) 
         top_list, beam_list = top_scores.tolist(), beams.tolist()
         rows = [b * K_in + beam_list[b][j] for b, j in hits]
         _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
-        counts = torch.tensor([len(state.finished[i]) for i in state.sentence], device=state.done.device)  # (B,)
-        state.done |= counts >= K
+        state.done.update(b for b, _ in hits if len(state.finished[state.sentence[b]]) >= K)
     alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(min(K, top_scores.size(1)), dim=1)  # (B, K)
     offsets = torch.arange(B, device=beams.device)[:, None] * K_in  # (B, 1)
     rows = (beams.gather(1, keep) + offsets).view(-1)  # (B*K,) rows of log_probs
@@ -263,26 +271,35 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) 
 
 def _finalise_at_max_length(state: _BeamState, length: int) -> None:
     """Sentences whose maximum length is `length`: their alive hypotheses become finished, without EOS."""
-    ending = (state.max_lens == length) & ~state.done  # (B,)
-    if not ending.any():
+    ending = [b for b, limit in enumerate(state.max_lens) if limit == length and b not in state.done]
+    if not ending:
         return
     K = state.scores.size(1)
-    slots = (ending[:, None] & state.scores.isfinite()).nonzero().tolist()  # [(b, k)]
     scores = state.scores.tolist()
+    slots = [(b, k) for b in ending for k in range(K) if math.isfinite(scores[b][k])]
     _finish(state, [b for b, _ in slots], [b * K + k for b, k in slots], [scores[b][k] for b, k in slots], eos=False)
-    state.done |= ending
+    state.done.update(ending)
 
 
 def _drop_done(state: _BeamState, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Remove the done sentences from the batch; returns the sentences that stay (B',) and their rows of `rows`
-    (N',)."""
-    K = state.scores.size(1)
-    keep = (~state.done).nonzero().squeeze(1)  # (B',)
-    keep_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)  # (N',)
-    state.tokens, state.scores, state.max_lens = state.tokens[keep_rows], state.scores[keep], state.max_lens[keep]
-    state.sentence = [state.sentence[b] for b in keep.tolist()]
-    state.done = state.done[keep]
-    return keep, rows[keep_rows]
+    (N',). The last sentences that stay move into the places of the done ones before them (the others keep their
+    places), so the cache copies only the sentences that move (`LayerCache.keep_sentences`)."""
+    B, K = state.scores.shape
+    keep = list(range(B))
+    stay = [b for b in range(B) if b not in state.done]
+    for hole, mover in zip(sorted(state.done), reversed(stay)):
+        if hole >= len(stay) or mover < hole:
+            break
+        keep[hole] = mover
+    keep = keep[: len(stay)]
+    sentences = torch.tensor(keep, dtype=torch.long, device=rows.device)  # (B',)
+    keep_rows = (sentences[:, None] * K + torch.arange(K, device=rows.device)).view(-1)  # (N',)
+    state.tokens, state.scores = state.tokens[keep_rows], state.scores[sentences]
+    state.max_lens = [state.max_lens[b] for b in keep]
+    state.sentence = [state.sentence[b] for b in keep]
+    state.done = set()
+    return sentences, rows[keep_rows]
 
 
 @torch.inference_mode()
@@ -299,16 +316,17 @@ def beam_search(
     state = _BeamState(  # one hypothesis per sentence until the first step makes K
         tokens=torch.full((B, 1), bos_id, dtype=torch.long, device=device),
         scores=torch.zeros(B, 1, device=device),
-        max_lens=max_output_lengths(model, src_mask, max_len_a, max_len_b),
+        max_lens=max_output_lengths(model, src_mask, max_len_a, max_len_b).tolist(),
         sentence=list(range(B)),
         finished=[[] for _ in range(B)],
-        done=torch.zeros(B, dtype=torch.bool, device=device),
+        done=set(),
         score_fn=lambda log_prob, length: log_prob / lp(length, alpha=alpha, kind=length_penalty),
     )
     _finalise_at_max_length(state, 0)
-    capacity = int(state.max_lens.max().item()) if B else 0
+    capacity = max(state.max_lens, default=0)
     cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=capacity)
-    cache.keep_sentences(*_drop_done(state, torch.arange(B, device=device)))  # those with room for no token leave
+    if state.done:  # those with room for no token leave
+        cache.keep_sentences(*_drop_done(state, torch.arange(B, device=device)))
     step = 0
     while state.sentence:
         log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
@@ -316,7 +334,7 @@ def beam_search(
         rows = _beam_step(state, log_probs, eos_id, K)  # (N,)
         step += 1
         _finalise_at_max_length(state, step)
-        if state.done.any():
+        if state.done:
             cache.keep_sentences(*_drop_done(state, rows))  # sentences leave, the rest re-ranked in the same copy
         else:
             cache.rerank_beams(rows)

@@ -108,17 +108,18 @@ class DecoderLayer(_SublayerConnection):
     ) -> torch.Tensor:
         """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D).
 
-        N = B*K rows, a sentence's K rows consecutive. Biases (`attention_bias`): memory_bias (B, 1, 1, S) for the
-        source padding; self_bias (B, 1, K, (t+1)*slots) or None, the cached slots each row may attend
-        (`DecoderCache.self_attention_bias`). A sentence's K rows query together, its cache and its memory alike.
+        N = B*K rows, a sentence's K rows consecutive. Biases (`attention_bias`, one per head): memory_bias
+        (B, H, 1, S) for the source padding; self_bias (B, H, K, (t+1)*slots) or None, the cached slots each row
+        may attend (`DecoderCache.self_attention_bias`). A sentence's K rows query together, its cache and its
+        memory alike.
         """
         N, _, D = x.shape
         B = memory_bias.size(0)
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
-            q, k, v = self.self_attn.project_qkv(h.view(B, N // B, D))  # (B, H, K, Dh) each
-            keys, values = cache.append(k, v)  # (B, H, (t+1)*slots, Dh): the prefix is never recomputed
-            heads = step_attention(q, keys, values, self_bias)  # (B, H, K, Dh)
+            qkv = self.self_attn.project_qkv(h.view(B, N // B, D))  # (3, B, H, K, Dh)
+            keys, values = cache.append(qkv[1:])  # (B, H, (t+1)*slots, Dh) each: the prefix is never recomputed
+            heads = step_attention(qkv[0], keys, values, self_bias)  # (B, H, K, Dh)
             return self.self_attn.merge_heads(heads).view(N, 1, D)
 
         def cross_attention(h: torch.Tensor) -> torch.Tensor:

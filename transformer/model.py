@@ -86,7 +86,7 @@ class Decoder(_Stack):
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N, 1), the newest target token per row -> (N, 1, D); appends to every layer's cache."""
         x = self.embed(tokens, offset=cache.position)  # (N, 1, D)
-        self_bias = cache.self_attention_bias()  # (B, 1, K, (t+1)*slots) or None, the same for every layer
+        self_bias = cache.self_attention_bias()  # (B, H, K, (t+1)*slots) or None, the same for every layer
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = layer.step(x, layer_cache, cache.memory_bias, self_bias)
         cache.position += 1
