@@ -395,7 +395,7 @@ def test_greedy_finished_rows_leave_the_batch():
 @pytest.mark.parametrize("V, chunk", [(4000, 160), (1000, 200), (23, 0)])  # 0: no chunks, every candidate read
 def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
     """The chunked search returns exactly topk over all K*V sums scores[b, beam] + log_probs[b, beam, word]: the
-    same values, beams and words (random floats: no ties), with -inf entries (banned tokens, a whole chunk)."""
+    same values, rows and words (random floats: no ties), with -inf entries (banned tokens, a whole chunk)."""
     assert decoding._chunk_size(V) == chunk
     g = torch.Generator().manual_seed(V)
     B, K, k = 5, 4, 8
@@ -403,6 +403,7 @@ def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
     log_probs[:, :, :2] = -math.inf  # PAD and BOS
     log_probs[0, 1, 80:240] = -math.inf
     scores = torch.randn(B, K, generator=g) * 3
-    values, beams, words = top_candidates(log_probs, scores, k)
+    values, where = top_candidates(log_probs, scores, k)
     expected, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)
-    assert torch.equal(values, expected) and torch.equal(beams, index // V) and torch.equal(words, index % V)
+    rows = torch.arange(B)[:, None] * K + index // V  # (B, k) rows of log_probs viewed as (B*K, V)
+    assert torch.equal(values, expected) and torch.equal(where, rows * V + index % V)

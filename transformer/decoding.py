@@ -212,7 +212,8 @@ def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs
 
 def top_candidates(log_probs: torch.Tensor, scores: torch.Tensor, k: int):
     """The k best one-token extensions of each sentence's hypotheses, best first: candidate (beam, word) scores
-    scores[b, beam] + log_probs[b, beam, word]. log_probs (B, K, V), scores (B, K) -> values, beams, words (B, k).
+    scores[b, beam] + log_probs[b, beam, word]. log_probs (B, K, V), scores (B, K) -> values (B, k) and where they
+    are in log_probs seen as (B*K*V,) (B, k) long: row b*K + beam = where // V, word = where % V.
 
     topk over all K*V candidates reads them one by one, slowly on the CPU. When V splits into chunks of c words
     (`_chunk_size`), the k chunks with the highest maxima hold the k best candidates (a candidate elsewhere is at
@@ -223,16 +224,16 @@ def top_candidates(log_probs: torch.Tensor, scores: torch.Tensor, k: int):
     c = _chunk_size(V)
     if c == 0 or k * c >= K * V:
         values, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)  # (B, k)
-        return values, index // V, index % V
+        return values, index + torch.arange(0, B * K * V, K * V, device=index.device)[:, None]
     C = V // c  # chunks per hypothesis
-    chunks = log_probs.view(B, K * C, c)  # (B, K*C, c)
-    maxima = (chunks.amax(dim=2).view(B, K, C) + scores[:, :, None]).view(B, K * C)  # each chunk's best candidate
-    best_chunks = maxima.topk(k, dim=1).indices  # (B, k)
-    inside = chunks.gather(1, best_chunks[:, :, None].expand(B, k, c))  # (B, k, c)
-    inside = inside + scores.gather(1, best_chunks // C)[:, :, None]  # (B, k, c) candidate scores
+    chunks = log_probs.view(B * K * C, c)  # every chunk of every hypothesis, chunk i of row r at r*C + i
+    maxima = chunks.amax(dim=1).view(B, K, C).add_(scores[:, :, None])  # (B, K, C): each chunk's best candidate
+    best = maxima.view(B, K * C).topk(k, dim=1).indices  # (B, k)
+    best += torch.arange(0, B * K * C, K * C, device=best.device)[:, None]  # (B, k) chunks of `chunks`
+    inside = chunks.index_select(0, best.view(-1)).view(B, k, c)  # (B, k, c): whole chunks, contiguous copies
+    inside += scores.take(best // C)[:, :, None]  # (B, k, c) candidate scores
     values, index = inside.view(B, k * c).topk(k, dim=1)  # (B, k)
-    chunk = best_chunks.gather(1, index // c)  # (B, k) in 0 .. K*C-1
-    return values, chunk // C, (chunk % C) * c + index % c
+    return values, best.gather(1, index // c) * c + index % c
 
 
 @functools.cache
@@ -251,20 +252,19 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) 
     """
     B, K_in = state.scores.shape
     V = log_probs.size(-1)
-    top_scores, beams, words = top_candidates(log_probs.view(B, K_in, V), state.scores, min(2 * K, K_in * V))
-    is_eos = words == eos_id  # (B, 2K)
-    rank = torch.arange(top_scores.size(1), device=top_scores.device)  # (2K,)
-    finishing = is_eos & (rank < K) & top_scores.isfinite()  # (B, 2K)
+    top_scores, where = top_candidates(log_probs.view(B, K_in, V), state.scores, min(2 * K, K_in * V))  # (B, 2K)
+    is_eos = where % V == eos_id  # (B, 2K)
+    finishing = is_eos[:, :K] & (top_scores[:, :K] > NEG_INF)  # (B, K): an EOS among the first K ranks
     hits = finishing.nonzero().tolist()
     if hits:
-        top_list, beam_list = top_scores.tolist(), beams.tolist()
-        rows = [b * K_in + beam_list[b][j] for b, j in hits]
+        top_list, where_list = top_scores.tolist(), where.tolist()
+        rows = [where_list[b][j] // V for b, j in hits]
         _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
         state.done.update(b for b, _ in hits if len(state.finished[state.sentence[b]]) >= K)
     alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(min(K, top_scores.size(1)), dim=1)  # (B, K)
-    offsets = torch.arange(B, device=beams.device)[:, None] * K_in  # (B, 1)
-    rows = (beams.gather(1, keep) + offsets).view(-1)  # (B*K,) rows of log_probs
-    state.tokens = torch.cat([state.tokens[rows], words.gather(1, keep).view(-1, 1)], dim=1)  # (N, t+2)
+    kept = where.gather(1, keep).view(-1)  # (B*K,)
+    rows = kept // V  # (B*K,) rows of log_probs
+    state.tokens = torch.cat([state.tokens[rows], (kept % V)[:, None]], dim=1)  # (N, t+2)
     state.scores = alive_scores  # (B, K)
     return rows
 

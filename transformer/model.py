@@ -186,7 +186,8 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens (N, 1), the last token of each row -> log-probabilities (N, V) in float32; grows the cache."""
         hidden = self.decoder.step(tokens, cache)  # (N, 1, D)
-        return self.output_proj(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
+        logits = self.output_proj(hidden[:, -1]).float()  # (N, V)
+        return torch.log_softmax(logits, dim=-1, out=logits)  # in place: one (N, V) buffer fewer to write and read
 
 
 def count_parameters(model: nn.Module) -> int:
