@@ -100,7 +100,7 @@ class DecoderLayer(_SublayerConnection):
     def init_cache(self, memory: torch.Tensor, *, beams: int, capacity: int) -> LayerCache:
         """Cross-attention keys and values, computed once per sentence of memory (B, S, D); room for `capacity`
         positions of self-attention keys and values, `beams` slots each (more are added when beams multiply)."""
-        cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+        cross_k, cross_v = (kv.contiguous() for kv in self.cross_attn.project_kv(memory))  # (B, H, S, Dh) each
         return LayerCache(cross_k, cross_v, slots=beams, capacity=capacity)
 
     def step(
