@@ -407,3 +407,23 @@ def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
     expected, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)
     rows = torch.arange(B)[:, None] * K + index // V  # (B, k) rows of log_probs viewed as (B*K, V)
     assert torch.equal(values, expected) and torch.equal(where, rows * V + index % V)
+
+
+@pytest.mark.parametrize(
+    "done, kept",
+    [({1, 2}, [0, 5, 4, 3]), ({4, 5}, [0, 1, 2, 3]), ({0, 5}, [4, 1, 2, 3]), ({0, 1, 2, 3, 4, 5}, [])],
+)
+def test_done_sentences_places_are_taken_by_the_last_ones(done, kept):
+    """Dropping done sentences moves only the last sentences that stay into the places before them, so the cache
+    copies those alone; every state tensor follows the same order."""
+    B, K = 6, 2
+    state = decoding._BeamState(
+        tokens=torch.arange(B * K)[:, None], scores=torch.arange(B * K, dtype=torch.float).view(B, K),
+        max_lens=list(range(10, 10 + B)), sentence=list(range(B)), finished=[[] for _ in range(B)], done=set(done),
+        score_fn=lambda log_prob, length: log_prob,
+    )  # fmt: skip
+    sentences, rows = decoding._drop_done(state, torch.arange(B * K) + 100)
+    keep_rows = [b * K + k for b in kept for k in range(K)]
+    assert sentences.tolist() == kept and rows.tolist() == [100 + r for r in keep_rows]
+    assert state.tokens[:, 0].tolist() == keep_rows and state.scores.flatten().tolist() == keep_rows
+    assert state.max_lens == [10 + b for b in kept] and state.sentence == kept and state.done == set()

@@ -150,7 +150,9 @@ def test_cache_keep_sentences_equals_permuted_inputs(model):
         cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=8)
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
+        buffer = cache.layers[0].buffer
         cache.keep_sentences(order)
+        assert cache.layers[0].buffer is not buffer  # a repeated sentence: every kept one copied to a new buffer
         reordered = model.decode_step(tgt[order, 3:4], cache)
         expected = model.decode(tgt[order], model.encode(src[order], src_mask[order]), src_mask[order])
     torch.testing.assert_close(reordered, expected[:, 3].log_softmax(-1), atol=1e-5, rtol=1e-5)
@@ -176,7 +178,7 @@ def test_cache_rerank_beams_leaves_cross_attention_alone(model):
 
 
 def test_cache_keep_sentences_with_reranked_rows(model):
-    """3 sentences x 2 beams; sentence 1 leaves while the others' beams are re-ranked in the same copy."""
+    """3 sentences x 2 beams; sentence 1 leaves while the others' beams are re-ranked in the same step."""
     src, tgt = random_tokens(3, 6), random_tokens(6, 5, seed=2)
     src[0, 4:] = PAD
     sentences, rows = torch.tensor([0, 2]), torch.tensor([1, 1, 5, 4])
@@ -185,7 +187,9 @@ def test_cache_keep_sentences_with_reranked_rows(model):
         cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=2, capacity=2)
         for t in range(4):
             model.decode_step(tgt[:, t : t + 1], cache)
+        buffer = cache.layers[0].buffer
         cache.keep_sentences(sentences, rows)
+        assert cache.layers[0].buffer is buffer  # sentence 2 moved into the place of sentence 1, in place
         stepped = model.decode_step(tgt[rows, 4:5], cache)
         kept = sentences.repeat_interleave(2)
         expected = model.decode(tgt[rows], model.encode(src[kept], src_mask[kept]), src_mask[kept])
@@ -230,4 +234,4 @@ def test_cache_slots_grow_with_the_beams_and_unowned_slots_are_zero():
     assert torch.equal(keys[:, :, 0:1], k) and not keys[:, :, 1:3].any() and not keys[:, :, 5].any()
     assert layer.buffer.size(3) == 2  # no position was added: capacity 2
     layer.append(torch.stack([k, k]))
-    assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept  # doubled, the prefix kept
+    assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept
