@@ -328,7 +328,9 @@ def _decode_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-len-a", type=float, default=1.2)
     parser.add_argument("--max-len-b", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per engine; the fastest counts")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs per engine, taking turns every few batches; the fastest counts"
+    )
     parser.add_argument("--shape", help="name of the shape in the JSON (default: from the model)")
     parser.add_argument("--out", default="docs/results")
     return parser

@@ -13,7 +13,9 @@ the same settings, which is what makes their outputs comparable token for token:
   (see `ct2_engine`): a trained model never picks them, and CT2's outputs then match ours token for token.
 Tokenization and detokenization are outside the timings. Target tokens/s counts each engine's own output tokens
 (EOS excluded), so identical outputs give identical counts. Each engine runs in a process of its own
-(`EngineProcesses`): in a shared one they slow each other down.
+(`EngineProcesses`): in a shared one they slow each other down. The engines take turns every few batches
+(`time_engines`): the speed of a shared machine drifts by 10-20% within minutes, and whole passes one after the
+other measured that drift as much as the engines.
 Compute types (`COMPUTES`): on the CPU fp32 (ours with packed Linear weights) and int8 (ours: PyTorch's dynamic
 quantization; CT2 int8; HF has none); on a GPU fp32, fp16 and bf16, every engine holding its weights in that type
 (ours and HF cast, CT2 converts at load) and decoding with them, as CT2 does.
@@ -47,6 +49,7 @@ COMPUTES = {  # compute type -> (torch dtype of ours and HF, CTranslate2's compu
     "bf16": (torch.bfloat16, "bfloat16"),
     "int8": (None, "int8"),
 }
+TURN_BATCHES = 4  # the engines take turns every this many batches (`time_engines`)
 DEVICE_COMPUTES = {"cpu": ("fp32", "int8"), "cuda": ("fp16", "bf16", "fp32")}  # offered per device, defaults first
 
 
@@ -200,24 +203,34 @@ def _run_engine(batches: list[list[list[int]]], settings: DecodeSettings) -> tup
     return time.perf_counter() - start, outputs
 
 
-def time_engines(engines: EngineProcesses, sources, batches, settings: DecodeSettings, repeats: int):
-    """Run the engines interleaved `repeats` times over all batches; per engine the fastest run's seconds,
-    its output token count and its outputs (in source order)."""
+def time_engines(
+    engines: EngineProcesses, sources, batches, settings: DecodeSettings, repeats: int, turn: int = TURN_BATCHES
+):
+    """Run the engines `repeats` times over all batches, taking turns every `turn` batches (the engines' order
+    reversed at every other turn), so that a machine whose speed drifts within minutes slows them all alike; per
+    engine the fastest repeat's seconds (its turns added up), its output token count and its outputs (in source
+    order)."""
     rows = [[sources[i] for i in batch] for batch in batches]
-    for name in engines.pools:  # warm-up, untimed: first-call allocations and lazy initialisation
+    names = list(engines.pools)
+    for name in names:  # warm-up, untimed: first-call allocations and lazy initialisation
         engines.run(name, rows[:1], settings)
     best: dict[str, dict] = {}
     for _ in range(repeats):
-        for name in engines.pools:
-            seconds, per_batch = engines.run(name, rows, settings)
+        seconds, per_batch = dict.fromkeys(names, 0.0), {name: [] for name in names}
+        for start in range(0, len(rows), turn):
+            for name in names if start // turn % 2 == 0 else names[::-1]:
+                took, outputs = engines.run(name, rows[start : start + turn], settings)
+                seconds[name] += took
+                per_batch[name] += outputs
+        for name in names:
             outputs: list[list[int] | None] = [None] * len(sources)
-            for batch, hyps in zip(batches, per_batch):
+            for batch, hyps in zip(batches, per_batch[name]):
                 for i, hyp in zip(batch, hyps):
                     outputs[i] = hyp
             tokens = sum(len(h) for h in outputs)
-            if name not in best or seconds < best[name]["seconds"]:
-                best[name] = {"seconds": round(seconds, 3), "tokens": tokens,
-                              "tokens_per_s": round(tokens / seconds, 1), "outputs": outputs}  # fmt: skip
+            if name not in best or seconds[name] < best[name]["seconds"]:
+                best[name] = {"seconds": round(seconds[name], 3), "tokens": tokens,
+                              "tokens_per_s": round(tokens / seconds[name], 1), "outputs": outputs}  # fmt: skip
     return best
 
 
