@@ -234,7 +234,7 @@ class DecoderCache:
     the attention bias of each row over the cached slots (see LayerCache), position p's slots in columns
     p*slots .. p*slots+slots-1: 0 at the slot with the row's own history there, -inf at the others. Re-ranking
     beams re-orders these rows and moves no key or value; each step writes one position's columns. Dropping
-    sentences copies the kept sentences' keys and values into a spare buffer that then swaps in.
+    sentences moves the last ones into the places of those that leave, in place (`LayerCache.keep_sentences`).
     """
 
     def __init__(self, layers: list[LayerCache], src_mask: torch.Tensor, *, beams: int) -> None:
