@@ -282,17 +282,10 @@ def _finalise_at_max_length(state: _BeamState, length: int) -> None:
 
 
 def _drop_done(state: _BeamState, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Remove the done sentences from the batch; returns the sentences that stay (B',) and their rows of `rows`
-    (N',). The last sentences that stay move into the places of the done ones before them (the others keep their
-    places), so the cache copies only the sentences that move (`LayerCache.keep_sentences`)."""
+    """Remove the done sentences from the batch (in `_stay_order`); returns the sentences that stay (B',) and their
+    rows of `rows` (N',)."""
     B, K = state.scores.shape
-    keep = list(range(B))
-    stay = [b for b in range(B) if b not in state.done]
-    for hole, mover in zip(sorted(state.done), reversed(stay)):
-        if hole >= len(stay) or mover < hole:
-            break
-        keep[hole] = mover
-    keep = keep[: len(stay)]
+    keep = _stay_order(B, state.done)
     sentences = torch.tensor(keep, dtype=torch.long, device=rows.device)  # (B',)
     keep_rows = (sentences[:, None] * K + torch.arange(K, device=rows.device)).view(-1)  # (N',)
     state.tokens, state.scores = state.tokens[keep_rows], state.scores[sentences]
@@ -300,6 +293,18 @@ def _drop_done(state: _BeamState, rows: torch.Tensor) -> tuple[torch.Tensor, tor
     state.sentence = [state.sentence[b] for b in keep]
     state.done = set()
     return sentences, rows[keep_rows]
+
+
+def _stay_order(B: int, leaving: set[int]) -> list[int]:
+    """The batch rows that stay, in their new order: the last ones move into the places of those that leave before
+    them, the others keep their places, so the cache moves only those (`LayerCache.keep_sentences`)."""
+    keep = list(range(B))
+    stay = [b for b in range(B) if b not in leaving]
+    for hole, mover in zip(sorted(leaving), reversed(stay)):
+        if hole >= len(stay):  # the rest leave from the end
+            break
+        keep[hole] = mover
+    return keep[: len(stay)]
 
 
 @torch.inference_mode()
