@@ -295,7 +295,7 @@ def _drop_done(state: _BeamState, rows: torch.Tensor) -> tuple[torch.Tensor, tor
     return sentences, rows[keep_rows]
 
 
-def _stay_order(B: int, leaving: set[int]) -> list[int]:
+def _stay_order(B: int, leaving: set[int]) -> list[int]:  # noqa: N803
     """The batch rows that stay, in their new order: the last ones move into the places of those that leave before
     them, the others keep their places, so the cache moves only those (`LayerCache.keep_sentences`)."""
     keep = list(range(B))
