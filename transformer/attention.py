@@ -241,9 +241,9 @@ class DecoderCache:
         self.layers = layers
         self.src_mask = src_mask  # (B, 1, 1, S) bool, one per sentence
         dtype = layers[0].cross_k.dtype if layers else torch.float32
-        heads = layers[0].cross_k.size(1) if layers else 1
+        self.heads = layers[0].cross_k.size(1) if layers else 1  # H: the biases are expanded over them once
         B, _, _, S = src_mask.shape
-        self.memory_bias = attention_bias(src_mask, dtype).expand(B, heads, 1, S).contiguous()  # (B, H, 1, S)
+        self.memory_bias = attention_bias(src_mask, dtype).expand(B, self.heads, 1, S).contiguous()  # (B, H, 1, S)
         self.beams = beams  # K rows per sentence
         self.slots = beams  # cache slots per sentence and position: the most rows a sentence has had
         self.position = 0  # index of the next target position
@@ -265,7 +265,7 @@ class DecoderCache:
             self._own = attention_bias(eye, self.history.dtype)  # (K, slots)
         self.history.view(N // K, K, -1, self.slots)[:, :, t] = self._own
         bias = self.history[:, : (t + 1) * self.slots].view(N // K, 1, K, -1)  # (B, 1, K, (t+1)*slots)
-        return bias.expand(-1, self.memory_bias.size(1), -1, -1).contiguous()  # (B, H, K, (t+1)*slots)
+        return bias.expand(-1, self.heads, -1, -1).contiguous()  # (B, H, K, (t+1)*slots)
 
     def rerank_beams(self, rows: torch.Tensor) -> None:
         """Beams re-ranked within their sentences: row i takes row `rows[i]` (B*K',) of the same sentence; K' may
