@@ -1,8 +1,8 @@
-"""Shim for `transformer-average` (see transformer/cli.py): python scripts/average_checkpoints.py --help"""
+"""Shim for `transformer-average` (see transformer/commands/cli.py): python scripts/average_checkpoints.py --help"""
 
 import sys
 
-from transformer.cli import average_main
+from transformer.commands.cli import average_main
 
 if __name__ == "__main__":
     sys.exit(average_main())

@@ -4,10 +4,9 @@
     python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
-installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
-training step before the chunked pad-free loss), and with `--peers mkl` our model with its CPU matmuls on MKL (the
-step before `transformer/cpu_linear.py`). Each model trains on the same random batches of WMT-like lengths (forward,
-label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
+installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
+training step before the chunked pad-free loss). Each model trains on the same random batches of WMT-like lengths
+(forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
 reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
 `optim.batch_loss`, the trainer's step.
 The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
@@ -33,18 +32,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transformer.attention import avoid_cudnn_attention
-from transformer.batching import Batch
-from transformer.cli import user_errors_exit_2
+from transformer.commands.cli import user_errors_exit_2
 from transformer.config import load_config
-from transformer.cpu_linear import use_onednn
-from transformer.dropout import use_fast_dropout
+from transformer.data.batching import Batch
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.devices import avoid_cudnn_attention
 from transformer.errors import UserError
-from transformer.loss import label_smoothed_loss
-from transformer.model import Transformer, count_parameters
-from transformer.optim import batch_loss
+from transformer.model.transformer import Transformer, count_parameters
 from transformer.precision import autocast, resolve_precision
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.training.loss import label_smoothed_loss
+from transformer.training.optim import batch_loss
 
 
 def make_batches(n: int, max_tokens: int, vocab: int, mean_len: int, device: torch.device, seed: int = 0):
@@ -118,20 +115,14 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
 @dataclass
 class Engine:
     """A model to train and how: `fused` True/False for our model's loss paths (`optim.batch_loss`: the chunked
-    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`; `onednn` our float32
-    CPU matmuls through oneDNN (`transformer.cpu_linear`) instead of MKL; `fast_dropout` our CPU dropout masks
-    (`transformer.dropout`) instead of `F.dropout`'s. The trainer's defaults are both on; peers never use them."""
+    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`."""
 
     model: nn.Module
     fused: bool | None
-    onednn: bool = False
-    fast_dropout: bool = False
 
 
 def train_step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
     """Forward, label-smoothed loss, backward, Adam step."""
-    use_onednn(engine.onednn)
-    use_fast_dropout(engine.fast_dropout)
     model = engine.model
     if engine.fused is None:
         with autocast(precision, batch.src.device):
@@ -202,12 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
     )
     parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
-                        "with the full-logits loss, the step before the chunked pad-free loss), mkl (ours with "
-                        "its CPU matmuls on MKL, the step before transformer.cpu_linear), torch_dropout (ours "
-                        "with F.dropout's masks, the step before transformer.dropout)")  # fmt: skip
-    parser.add_argument("--no-onednn", action="store_true", help="ours: CPU matmuls on MKL (train.onednn_linear)")
-    parser.add_argument("--no-fast-dropout", action="store_true", help="ours: F.dropout's masks on the CPU "
-                        "(train.fast_cpu_dropout)")  # fmt: skip
+                        "with the full-logits loss, the step before the chunked pad-free loss)")  # fmt: skip
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
     args = parser.parse_args(argv)
@@ -222,17 +208,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
-    """{JSON name: Engine}: ours with the trainer's settings (less what --no-onednn / --no-fast-dropout turn off),
-    then the peers asked for."""
+    """{JSON name: Engine}: ours with the trainer's settings, then the peers asked for."""
     new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
-    onednn, fast_dropout = not args.no_onednn, not args.no_fast_dropout
-    builders = {"ours": lambda: Engine(new(), True, onednn, fast_dropout)}
+    builders = {"ours": lambda: Engine(new(), True)}
     if "reference" in peers:
-        builders["ours_reference_loss"] = lambda: Engine(new(), False, onednn, fast_dropout)
-    if "mkl" in peers:
-        builders["ours_mkl"] = lambda: Engine(new(), True, False, fast_dropout)
-    if "torch_dropout" in peers:
-        builders["ours_torch_dropout"] = lambda: Engine(new(), True, onednn, False)
+        builders["ours_reference_loss"] = lambda: Engine(new(), False)
     if "torch" in peers:
         builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
     if "marian" in peers:
@@ -339,12 +319,12 @@ def _decode_parser() -> argparse.ArgumentParser:
 def decode_main(argv: list[str] | None = None) -> None:
     """python scripts/benchmark.py decode --checkpoint CKPT | --config configs/base.yaml --forced 32 [--device cuda]
 
-    Ours against CTranslate2 and HF generate on the same weights (transformer/decode_benchmark.py has the rules);
+    Ours against CTranslate2 and HF generate on the same weights (transformer/benchmarks/decode.py has the rules);
     one JSON per search and compute type in --out.
     """
     import tempfile
 
-    from transformer import decode_benchmark as db
+    from transformer.benchmarks import decode as db
 
     args = _decode_parser().parse_args(argv)
     offered = db.DEVICE_COMPUTES[args.device]

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from transformer.batching import TokenBatchSampler, collate
-from transformer.data import EncodedSplit
+from transformer.data.batching import TokenBatchSampler, collate
+from transformer.data.prepare import EncodedSplit
 
 
 def wmt_like_lengths(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

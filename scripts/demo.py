@@ -5,8 +5,8 @@
 The budget is a total: everything from `--started-at` (`make demo` passes the time before `make setup`) to the
 scores fits in it. Stages, each visible and each header showing the budget left: SentencePiece training and
 encoding (cached); training with a progress bar for whatever is left once the work after it has been estimated
-(`transformer/budget.py`; `--time` fixes it instead); `transformer-evaluate --checkpoint <out>/checkpoint_last.pt`
-itself (beam search over the whole test split, hypotheses in <out>/checkpoint_last.test.hyp, sacreBLEU's report);
+(`transformer/training/budget.py`; `--time` fixes it instead);
+`transformer-evaluate --checkpoint <out>/checkpoint_last.pt` itself (beam search over the whole test split, hypotheses in <out>/checkpoint_last.test.hyp, sacreBLEU's report);
 Spanish test verses beside the reference and the model's English, then BLEU and chrF. Uses a GPU when there is one.
 """
 
@@ -19,7 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from transformer.cli import user_errors_exit_2
+from transformer.commands.cli import user_errors_exit_2
 from transformer.errors import UserError
 
 
@@ -44,9 +44,9 @@ def _seconds_per_sentence(config, data, device, sample: int = 64) -> float:
     split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
     import torch
 
-    from transformer.model import Transformer
-    from transformer.tokenizer import PAD_ID
-    from transformer.translator import Translator
+    from transformer.data.tokenizer import PAD_ID
+    from transformer.decoding.translator import Translator
+    from transformer.model.transformer import Transformer
 
     sources = list(data.splits["test"].src_text)
     sources = sources[:: max(len(sources) // sample, 1)][:sample]
@@ -75,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
 def _training_seconds(config, data, budget, device, fixed: str | None) -> tuple[float, float]:
     """(seconds to train, seconds kept for the work after training): `fixed` (--time), or what the budget leaves
     once the final validation and the test split's beam search have been estimated on this machine."""
-    from transformer.budget import estimate_after_training
     from transformer.config import parse_duration
+    from transformer.training.budget import estimate_after_training
 
     probe = _seconds_per_sentence(config, data, device)
     valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
@@ -89,8 +89,8 @@ def _score_test(args, config, result: dict, budget) -> int:
     """Stages 3 and 4: `transformer-evaluate --checkpoint <out>/checkpoint_last.pt --json <out>/scores.json` itself
     (cli.evaluate_main: beam search over the test split, its hypotheses next to the checkpoint, its report), then a
     few test verses from its hypotheses file and its BLEU and chrF; evaluate's exit code."""
-    from transformer.cli import evaluate_main
-    from transformer.corpus import load_pairs
+    from transformer.commands.cli import evaluate_main
+    from transformer.data.corpus import load_pairs
 
     out = Path(args.out)
     checkpoint, scores_json = out / "checkpoint_last.pt", out / "scores.json"
@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import shutil
 
-    from transformer.budget import TimeBudget
     from transformer.config import load_config, parse_duration
-    from transformer.data import prepare_data
-    from transformer.trainer import Trainer
-    from transformer.translator import pick_device
+    from transformer.data.prepare import prepare_data
+    from transformer.devices import pick_device
+    from transformer.training.budget import TimeBudget
+    from transformer.training.trainer import Trainer
 
     budget = TimeBudget(total=parse_duration(args.budget), started=args.started_at or time.time())
     config = load_config(args.config, [f"train.out_dir={args.out}", *args.overrides])

@@ -1,8 +1,8 @@
-"""Shim for `transformer-evaluate` (see transformer/cli.py): python scripts/evaluate.py --help"""
+"""Shim for `transformer-evaluate` (see transformer/commands/cli.py): python scripts/evaluate.py --help"""
 
 import sys
 
-from transformer.cli import evaluate_main
+from transformer.commands.cli import evaluate_main
 
 if __name__ == "__main__":
     sys.exit(evaluate_main())

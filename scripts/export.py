@@ -1,8 +1,8 @@
-"""Shim for `transformer-export` (see transformer/cli.py): python scripts/export.py --help"""
+"""Shim for `transformer-export` (see transformer/commands/cli.py): python scripts/export.py --help"""
 
 import sys
 
-from transformer.cli import export_main
+from transformer.commands.cli import export_main
 
 if __name__ == "__main__":
     sys.exit(export_main())

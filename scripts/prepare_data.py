@@ -2,7 +2,7 @@
 
 import sys
 
-from transformer.cli import prepare_main
+from transformer.commands.cli import prepare_main
 
 if __name__ == "__main__":
     sys.exit(prepare_main())

@@ -17,7 +17,7 @@ import argparse
 import shlex
 import sys
 
-from transformer.cli import user_errors_exit_2
+from transformer.commands.cli import user_errors_exit_2
 
 
 @user_errors_exit_2
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.average < 1 or args.piece_updates < 0 or args.max_pieces < 0:
         parser.error("--average must be >= 1, --piece-updates and --max-pieces >= 0")
     from transformer.config import parse_duration
-    from transformer.recipe import run_recipe
+    from transformer.training.recipe import run_recipe
 
     argv = sys.argv[1:] if argv is None else argv
     record = run_recipe(

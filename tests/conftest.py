@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer.config import ModelConfig
-from transformer.model import Transformer
+from transformer.model.transformer import Transformer
 
 # Tiny models run fastest on one thread, and two OpenMP pools spinning on a 2-core machine (pytest beside a
 # subprocess, or beside a training run) slow each other down a hundredfold.

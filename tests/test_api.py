@@ -11,9 +11,9 @@ import tiny_checkpoint
 import torch
 
 from transformer import Translator, UserError
-from transformer.attention import make_pad_mask
-from transformer.decoding import beam_search
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.decoding.search import beam_search
+from transformer.model.attention import make_pad_mask
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from transformer.attention import (
+from transformer.devices import avoid_cudnn_attention
+from transformer.model.attention import (
     MultiHeadAttention,
     attention_bias,
-    avoid_cudnn_attention,
     make_causal_mask,
     make_pad_mask,
     reference_attention,

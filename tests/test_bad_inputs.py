@@ -26,11 +26,11 @@ import tiny_checkpoint
 import torch
 from fs_faults import readonly_dir
 
-from transformer import cli
 from transformer.checkpoint import average_checkpoints, load_checkpoint, model_state, save_checkpoint
+from transformer.commands import cli
 from transformer.config import from_dict
-from transformer.model import Transformer
-from transformer.tokenizer import PAD_ID, Tokenizer
+from transformer.data.tokenizer import PAD_ID, Tokenizer
+from transformer.model.transformer import Transformer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the crafted pickle is a plain one
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,7 +354,7 @@ def test_bad_input(case: Case, world, tmp_path, capsys, monkeypatch):
 
 def _translate_process(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "transformer.cli", "translate", "--threads", "1", *args],
+    return subprocess.Popen([sys.executable, "-m", "transformer", "translate", "--threads", "1", *args],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, **kwargs)  # fmt: skip
 
 
@@ -386,7 +386,7 @@ def test_closed_stdin_in_a_real_process(world):
     proc = _translate_process("--checkpoint", world["ckpt"], stdin=subprocess.DEVNULL)
     proc.communicate(timeout=60)
     assert proc.returncode == 0  # empty input: no lines, no error
-    closed = subprocess.run(f"{sys.executable} -m transformer.cli translate --checkpoint {world['ckpt']} <&-",
+    closed = subprocess.run(f"{sys.executable} -m transformer translate --checkpoint {world['ckpt']} <&-",
                             shell=True, cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert closed.returncode == 2 and closed.stderr.strip() == (
         "error: standard input is closed: give the text as arguments or with --input FILE"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.batching import LENGTH_BUCKETS, Batch, TokenBatchSampler, bucket_length, build_batches, collate
-from transformer.data import EncodedSplit
+from transformer.data.batching import LENGTH_BUCKETS, Batch, TokenBatchSampler, bucket_length, build_batches, collate
+from transformer.data.prepare import EncodedSplit
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.errors import UserError
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def wmt_like_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

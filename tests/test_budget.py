@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transformer.budget import TimeBudget, estimate_after_training
+from transformer.training.budget import TimeBudget, estimate_after_training
 
 
 class FakeClock:

@@ -132,7 +132,7 @@ def test_average_refuses_mismatched_models(tmp_path):
 
 
 def test_average_cli(tmp_path, capsys):
-    from transformer.cli import average_main
+    from transformer.commands.cli import average_main
 
     for step in (1, 2, 3):
         save_checkpoint(_state(tiny_model(), step=step), tmp_path / f"checkpoint_{step}.pt")
@@ -172,7 +172,7 @@ def test_average_reads_one_checkpoint_at_a_time_and_sums_in_float64(tmp_path, mo
 
 
 def test_average_warns_when_fewer_checkpoints_than_asked(tmp_path, caplog):
-    from transformer.cli import average_main
+    from transformer.commands.cli import average_main
 
     save_checkpoint(_state(tiny_model(), step=7), tmp_path / "checkpoint_7.pt")
     assert average_main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "avg.pt")]) == 0

@@ -8,7 +8,7 @@ import errno
 import pytest
 
 from transformer import __version__
-from transformer.cli import average_main, evaluate_main, main, translate_main, user_errors_exit_2
+from transformer.commands.cli import average_main, evaluate_main, main, translate_main, user_errors_exit_2
 from transformer.config import CHUNK_LINES, DecodeConfig, choices
 from transformer.errors import UserError
 
@@ -81,6 +81,35 @@ def test_version(command, capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out.split()[-1] == __version__
 
 
-def test_the_dispatcher_lists_the_commands(capsys):
-    assert main(["no-such-command"]) == 2
-    assert "{prepare,train,translate,evaluate,average,export}" in capsys.readouterr().err
+COMMAND_NAMES = ["prepare", "train", "translate", "evaluate", "average", "export"]
+
+
+def _listed_commands(text: str) -> list[str]:
+    """The first word of each line of the help's 'commands:' paragraph, in order."""
+    section = text.split("commands:\n", 1)[1].split("\n\n")[0]
+    return [line.split()[0] for line in section.splitlines()]
+
+
+def test_help_lists_every_command_with_one_line_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert _listed_commands(out) == COMMAND_NAMES  # one line each
+
+
+def test_without_a_command_the_same_list_and_exit_2(capsys):
+    assert main([]) == 2
+    assert _listed_commands(capsys.readouterr().err) == COMMAND_NAMES
+
+
+def test_an_unknown_command_is_refused_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-command"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
+
+
+def test_a_command_runs_through_the_dispatcher(capsys):
+    assert main(["train", "--config", "tiny", "--print-config"]) == 0
+    assert "d_model:" in capsys.readouterr().out

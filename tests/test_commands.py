@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import tiny_checkpoint
 
-from transformer.cli import evaluate_main, translate_main
-from transformer.corpus import read_lines
+from transformer.commands.cli import evaluate_main, translate_main
+from transformer.data.corpus import read_lines
 from transformer.evaluation import corpus_scores
 
 LONG = " ".join(["cat dog house"] * 20)
@@ -133,7 +133,7 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
     code, out, _ = translate(capsys, "--checkpoint", tiny["checkpoint"], "--output", "-", lines[0], "", lines[1])
     assert code == 0 and len(out) == 3 and out[1] == "" and not (Path.cwd() / "-").exists()
     from transformer.checkpoint import load_for_inference
-    from transformer.translator import Translator
+    from transformer.decoding.translator import Translator
 
     model, tokenizer, config = load_for_inference(tiny["checkpoint"], "cpu")
     translator = Translator(model, tokenizer, config.decode.__class__(beam_size=1, max_tokens=20))
@@ -150,7 +150,7 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
 
 @pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "average", "export"])
 def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
-    from transformer.cli import main
+    from transformer.commands.cli import main
 
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
@@ -189,7 +189,7 @@ def test_evaluate_refuses_to_write_over_a_file_of_any_corpus(tmp_path):
     """The outputs-are-not-inputs check covers every kind's files, a `corpora:` list's included."""
     import argparse
 
-    from transformer.commands import _check_outputs
+    from transformer.commands.evaluate import _check_outputs
     from transformer.config import Config, DataConfig, SplitConfig
     from transformer.errors import UserError
 

@@ -116,7 +116,7 @@ def test_a_weight_outside_corpora_is_refused():
 
 
 def test_time_budget_bar_fills_with_seconds():
-    from transformer.feedback import advance, training_bar
+    from transformer.training.feedback import advance, training_bar
 
     bar = training_bar(max_steps=0, max_time=60.0, step=0, elapsed=0.0, enabled=True)
     advance(bar, 1, 12.5)

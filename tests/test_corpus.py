@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from transformer.config import ConfigError, DataConfig, SplitConfig, load_config
-from transformer.corpus import input_files, load_pairs
+from transformer.data.corpus import input_files, load_pairs
 from transformer.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +208,7 @@ def test_unreachable_hub_fails_fast_offline(monkeypatch):
     """Without a network, loading goes offline at once (HF_HUB_OFFLINE) instead of retrying for 25 s."""
     from huggingface_hub import constants
 
-    import transformer.corpus as corpus
+    import transformer.data.corpus as corpus
 
     monkeypatch.setattr(corpus, "hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -227,8 +227,8 @@ def test_unreachable_hub_fails_fast_offline(monkeypatch):
 
 # The cache identity of a few splits, as `split_identity` wrote it at commit f86f508 (before the source kinds moved
 # into one registry): encoded-data caches are keyed by it, so a change here silently re-encodes every user's corpora.
-# Each digest is sha256 of the identity as JSON (sorted keys, as `transformer.data._hash` writes it), the test folder
-# written as TMP; files get fixed sizes and mtimes so that the digest depends on nothing else.
+# Each digest is sha256 of the identity as JSON (sorted keys, as `transformer.data.prepare._hash` writes it), the
+# test folder written as TMP; files get fixed sizes and mtimes so that the digest depends on nothing else.
 IDENTITIES = {
     "parallel": (dict(src="a.es", tgt="a.en", max_examples=3), "2d81b1620393b822"),
     "tsv": (dict(tsv="a.tsv", tsv_columns=(1, 0)), "f1ed07e89a1c9200"),
@@ -263,7 +263,7 @@ def _in(folder: Path, fields: dict) -> SplitConfig:
 def test_split_identity_is_unchanged(kind, tmp_path):
     import hashlib
 
-    from transformer.corpus import split_identity
+    from transformer.data.corpus import split_identity
 
     (tmp_path / "saved").mkdir()
     files = {"a.es": "hola\n", "a.en": "hello\n", "a.tsv": "hola\thello\n", "a.jsonl": "{}\n", "saved/d.arrow": "xy"}

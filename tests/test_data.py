@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from test_corpus import BIBLE, LANGS, PAIRS, _error, _write, hf_cache, make_source  # noqa: F401 (hf_cache: autouse)
 
-from transformer import data as data_module
-from transformer.cli import prepare_main
+from transformer.commands.cli import prepare_main
 from transformer.config import from_dict, load_config
-from transformer.corpus import read_lines
-from transformer.data import EncodedSplit, load_pairs, prepare_data
+from transformer.data import prepare as data_module
+from transformer.data.corpus import read_lines
+from transformer.data.prepare import EncodedSplit, load_pairs, prepare_data
+from transformer.data.tokenizer import EOS_ID, Tokenizer
 from transformer.errors import UserError
-from transformer.tokenizer import EOS_ID, Tokenizer
 
 # ---------------------------------------------------------------------------------------------- prepare_data
 

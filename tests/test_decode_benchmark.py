@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer import decode_benchmark as db
-from transformer.tokenizer import EOS_ID, SPECIAL_PIECES
+from transformer.benchmarks import decode as db
+from transformer.data.tokenizer import EOS_ID, SPECIAL_PIECES
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")

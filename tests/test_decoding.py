@@ -11,10 +11,9 @@ import pytest
 import torch
 from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 
-from transformer import decoding
-from transformer.attention import make_pad_mask
 from transformer.config import DecodeConfig, choices
-from transformer.decoding import (
+from transformer.decoding import search as decoding
+from transformer.decoding.search import (
     LENGTH_PENALTIES,
     Hypothesis,
     filter_logits,
@@ -23,6 +22,7 @@ from transformer.decoding import (
     max_output_lengths,
     top_candidates,
 )
+from transformer.model.attention import make_pad_mask
 
 A, B_, C = 4, 5, 6  # scripted tokens (B_ so as not to shadow the batch size)
 IDS = dict(bos_id=BOS, eos_id=EOS)

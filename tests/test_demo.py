@@ -43,7 +43,7 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
 
     # `transformer-evaluate --checkpoint <out>/checkpoint_last.pt` run afresh: the same hypotheses file, scores and
     # signatures, and the same report the demo printed in stage 3
-    from transformer.cli import evaluate_main
+    from transformer.commands.cli import evaluate_main
 
     assert evaluate_main(["--checkpoint", str(out / "checkpoint_last.pt"), "--json", str(tmp_path / "eval.json")]) == 0
     report = capsys.readouterr().out

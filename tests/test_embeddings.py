@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer.embeddings import (
+from transformer.model.embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,

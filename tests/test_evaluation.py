@@ -114,7 +114,7 @@ def test_metrics_and_options_equal_the_sacrebleu_command_line(options, cli, tmp_
 @pytest.mark.parametrize("test_type", ["bs", "ar"])
 def test_paired_significance_prints_what_sacrebleu_prints(test_type, tmp_path, capsys):
     """Two systems against two references: our table (through sacreBLEU's PairedTest) equals the CLI's output."""
-    from transformer.cli import evaluate_main
+    from transformer.commands.cli import evaluate_main
 
     files = _files(tmp_path, a=HYPS, b=HYPS_B, ref=REFS, ref2=REF2)
     n = {"bs": "100", "ar": "200"}[test_type]
@@ -137,7 +137,7 @@ def test_paired_significance_prints_what_sacrebleu_prints(test_type, tmp_path, c
 def test_stdin_and_json_to_stdout(tmp_path, monkeypatch, capsys):
     import io
 
-    from transformer.cli import evaluate_main
+    from transformer.commands.cli import evaluate_main
 
     files = _files(tmp_path, ref=REFS)
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(HYPS) + "\n"))

@@ -14,13 +14,13 @@ import pytest
 import torch
 from tiny_checkpoint import build_trained, sentences
 
-from transformer.attention import make_pad_mask
 from transformer.checkpoint import build_model, load_checkpoint, model_state, save_checkpoint
-from transformer.cli import export_main
-from transformer.decoding import beam_search, greedy_decode
-from transformer.embeddings import sinusoid_table
-from transformer.export import hf_permutation
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.commands.cli import export_main
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.decoding.export import hf_permutation
+from transformer.decoding.search import beam_search, greedy_decode
+from transformer.model.attention import make_pad_mask
+from transformer.model.embeddings import sinusoid_table
 
 MAX_NEW = 30  # ours: max_len_a 0, max_len_b 30; HF: max_new_tokens 30; CT2: max_decoding_length 30
 ALPHA = 1.0  # ours: length_penalty "fairseq" (len^alpha, EOS counted); HF: length_penalty; CT2: length_penalty
@@ -116,7 +116,7 @@ def test_hf_pipeline_translates(trained, hf_export):
     _, model, tokenizer, config, _, texts = trained
     from transformers import pipeline
 
-    from transformer.translator import Translator
+    from transformer.decoding.translator import Translator
 
     try:
         translator = pipeline("translation", model=str(hf_export[0]), device="cpu")
@@ -133,7 +133,7 @@ def test_hf_refuses_learned_positions(tmp_path, capsys):
     state = load_checkpoint(path)
     model, tokenizer, config = build_model(state)
     config = config.replace("model", positional="learned")
-    from transformer.model import Transformer
+    from transformer.model.transformer import Transformer
 
     learned = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
                                       tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from conftest import PAD, random_tokens
 
-from transformer.attention import attention_bias, make_pad_mask
-from transformer.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
+from transformer.model.attention import attention_bias, make_pad_mask
+from transformer.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 
 SIZES = dict(d_model=16, n_heads=2, d_ff=24, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, eps=1e-5)
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.batching import Batch
 from transformer.config import ModelConfig, TrainConfig
-from transformer.loss import chunked_label_smoothed_loss, label_smoothed_loss
-from transformer.model import Transformer
-from transformer.optim import batch_loss, train_update
+from transformer.data.batching import Batch
+from transformer.model.transformer import Transformer
+from transformer.training.loss import chunked_label_smoothed_loss, label_smoothed_loss
+from transformer.training.optim import batch_loss, train_update
 
 PAD = 0
 

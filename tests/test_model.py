@@ -8,9 +8,10 @@ import torch
 from conftest import PAD, TINY, random_tokens, tiny_model
 from torch import nn
 
-from transformer.attention import LayerCache, make_causal_mask, make_pad_mask
 from transformer.config import ModelConfig
-from transformer.model import Transformer, count_parameters
+from transformer.model.attention import make_causal_mask, make_pad_mask
+from transformer.model.cache import LayerCache
+from transformer.model.transformer import Transformer, count_parameters
 
 
 def _copy_attention(ours, theirs: nn.MultiheadAttention) -> None:

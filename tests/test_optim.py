@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from conftest import EOS, PAD, tiny_model
 
-from transformer import optim
-from transformer.batching import Batch, collate
 from transformer.config import TrainConfig
-from transformer.data import EncodedSplit
+from transformer.data.batching import Batch, collate
+from transformer.data.prepare import EncodedSplit
+from transformer.training import optim
 
 
 def make_batch(sequences: list[list[int]], targets: list[list[int]]) -> Batch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from transformer.plotting import plot_curves, plot_run, read_metrics
+from transformer.training.plotting import plot_curves, plot_run, read_metrics
 
 RECORDS = [
     {"step": 50, "loss": 5.1, "lr": 1e-4},

@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 
 def test_one_list_of_values_for_every_command():
     """Training, decoding and the CLI accept the same values; each resolved value has an autocast dtype."""
-    from transformer.cli import _decoding_args
+    from transformer.commands.cli import _decoding_args
 
     assert choices(TrainConfig, "precision") == choices(DecodeConfig, "precision") == PRECISIONS
     parser = argparse.ArgumentParser()

@@ -13,8 +13,8 @@ import torch
 from transformer.checkpoint import load_checkpoint
 from transformer.config import load_config
 from transformer.errors import UserError
-from transformer.recipe import checkpoints_to_average, piece_limits, recipe_ended
-from transformer.trainer import Trainer
+from transformer.training.recipe import checkpoints_to_average, piece_limits, recipe_ended
+from transformer.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs/tiny.yaml"
@@ -118,7 +118,7 @@ def _test_lines(path: str) -> list[str]:
 
 
 def test_refuses_a_run_directory_trained_with_other_settings(tmp_path):
-    from transformer.recipe import _read_state, _write_state
+    from transformer.training.recipe import _read_state, _write_state
 
     config = load_config(TINY, [f"train.out_dir={tmp_path}"])
     _write_state(tmp_path, _read_state(tmp_path, config))
@@ -156,12 +156,12 @@ def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_pr
     import tiny_checkpoint
 
     from transformer import checkpoint
-    from transformer.recipe import score_average
+    from transformer.training.recipe import score_average
 
     paths = tiny_checkpoint.build(tmp_path)
     _, _, config = checkpoint.load_for_inference(paths["checkpoint"])
     config = config.replace("train", precision=train_precision).replace("decode", precision=decode_precision)
-    from transformer import translator
+    from transformer.decoding import translator
 
     seen, build_model, pack_linears = [], checkpoint.build_model, translator.pack_linears
     watch = lambda model: model.output_proj.register_forward_hook(lambda m, i, output: seen.append(output.dtype))  # noqa: E731
@@ -178,16 +178,16 @@ def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_pr
 
     monkeypatch.setattr(checkpoint, "build_model", watched)
     monkeypatch.setattr(translator, "pack_linears", packed)
-    monkeypatch.setattr("transformer.translator.pick_device", lambda name=None: torch.device("cpu"))
+    monkeypatch.setattr("transformer.devices.pick_device", lambda name=None: torch.device("cpu"))
     scores, sentences = score_average(config, tmp_path, [paths["checkpoint"]])
     assert set(seen) == {dtype} and sentences == 12 and 0 <= scores["bleu"] <= 100
     assert len((tmp_path / "averaged.test.hyp").read_text(encoding="utf-8").splitlines()) == 12
 
 
 def test_a_decode_precision_this_machine_cannot_run_is_refused_before_training(tmp_path, monkeypatch):
-    from transformer.recipe import run_recipe
+    from transformer.training.recipe import run_recipe
 
-    monkeypatch.setattr("transformer.translator.pick_device", lambda name=None: torch.device("cpu"))
+    monkeypatch.setattr("transformer.devices.pick_device", lambda name=None: torch.device("cpu"))
     with pytest.raises(UserError, match="decode.precision fp16 needs a CUDA device"):
         run_recipe(str(TINY), [*_overrides(tmp_path, "run"), "decode.precision=fp16"], results_dir=tmp_path / "res")
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()  # nothing trained or prepared

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from transformer.errors import UserError
-from transformer.optim import UpdateStats
-from transformer.stats_window import UpdateCount
+from transformer.training.optim import UpdateStats
+from transformer.training.stats_window import UpdateCount
 
 
 def _stats(skipped: bool, nonfinite: bool, on_device: bool) -> UpdateStats:

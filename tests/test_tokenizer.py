@@ -8,9 +8,9 @@ import pickle
 import pytest
 import sentencepiece as spm
 
-from transformer.corpus import read_lines
+from transformer.data.corpus import read_lines
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, Tokenizer, _sample
 from transformer.errors import UserError
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, Tokenizer, _sample
 
 BIBLE = "data/bible-es-en/train.tsv.xz"  # the bundled corpus, relative to the repository root
 

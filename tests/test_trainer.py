@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from transformer.checkpoint import load_checkpoint
-from transformer.cli import train_main
+from transformer.commands.cli import train_main
 from transformer.config import load_config
 from transformer.errors import UserError
-from transformer.trainer import Trainer
+from transformer.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs/tiny.yaml"
@@ -37,7 +37,7 @@ def _losses(run: Path) -> dict[int, float]:
 
 def _run(args: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "transformer.cli", "train", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "transformer", "train", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)  # fmt: skip
 
 
@@ -108,7 +108,7 @@ def test_stops_on_max_time_and_epochs(tmp_path):
 def test_nan_loss_aborts_with_a_message(tmp_path, capsys, monkeypatch):
     """The loss turns NaN from the third micro-batch on (the real forward pass, its value poisoned): with
     nan_patience 2 the run stops on the second non-finite update in a row, with one line and exit code 2."""
-    from transformer import optim
+    from transformer.training import optim
 
     real, calls = optim.batch_loss, []
 
@@ -145,7 +145,7 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
     assert train_main(_args(tmp_path, "single", *common, "train.accumulation=2")) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-           "-m", "transformer.cli", "train", *_args(tmp_path, "ddp", *common, "train.accumulation=1")]  # fmt: skip
+           "-m", "transformer", "train", *_args(tmp_path, "ddp", *common, "train.accumulation=1")]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     single, ddp = _losses(tmp_path / "single"), _losses(tmp_path / "ddp")
@@ -159,7 +159,7 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
 
 
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
-    from transformer import distributed
+    from transformer.training import distributed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -170,7 +170,7 @@ def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
 
 def test_early_stopping_on_patience(tmp_path, monkeypatch):
     """Validation that never improves stops the run after `patience` validations; best.pt is the first one."""
-    from transformer import validation
+    from transformer.training import validation
 
     monkeypatch.setattr(validation, "validate", lambda *args, **kwargs: {"valid_loss": 5.0, "valid_bleu": 1.0})
     settings = ["train.max_steps=100", "train.valid_every=2", "train.patience=2", f"train.out_dir={tmp_path / 'run'}"]
@@ -196,7 +196,7 @@ def _config(tmp_path: Path, cache: Path, *overrides: str):
 def _fake_updates(monkeypatch, outcomes, on_device: bool = False):
     """Replace the update with one that records its learning rate and returns `outcomes(call number)`, as host
     values or (on_device) as tensors, which is how `train_update` reports when it decides skips on the device."""
-    from transformer import optim
+    from transformer.training import optim
 
     calls = []
 
@@ -218,7 +218,7 @@ def _fake_updates(monkeypatch, outcomes, on_device: bool = False):
 
 def test_skipped_updates_do_not_advance_the_schedule_or_max_steps(tmp_path, cache, monkeypatch):
     """Updates 2 and 3 are skipped (an fp16 overflow): they keep update 2's rate and do not count toward max_steps."""
-    from transformer import optim
+    from transformer.training import optim
 
     calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), False))
     config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0")
@@ -288,7 +288,7 @@ def test_evaluation_pairs_longer_than_max_positions_are_left_out(tmp_path, cache
 
 
 def test_each_rank_gets_its_own_random_state_back():
-    from transformer.distributed import restore_rng_states, rng_state
+    from transformer.training.distributed import restore_rng_states, rng_state
 
     torch.manual_seed(1)
     first = rng_state()
@@ -303,7 +303,7 @@ def test_each_rank_gets_its_own_random_state_back():
 def _torchrun(tmp_path: Path, out: str, port: int, *overrides: str, resume: bool = False) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "transformer.cli", "train", *_args(tmp_path, out, *overrides)]  # fmt: skip
+           "-m", "transformer", "train", *_args(tmp_path, out, *overrides)]  # fmt: skip
     cmd += ["--resume"] if resume else []
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -325,7 +325,7 @@ def test_ddp_resume_restores_every_ranks_random_state(tmp_path):
 def test_curves_at_each_validation_and_tensorboard(tmp_path, monkeypatch):
     """curves.png is rewritten at every validation (and at the end), titled with the run; metrics reach TensorBoard."""
     pytest.importorskip("tensorboard")
-    import transformer.plotting as plotting
+    import transformer.training.plotting as plotting
 
     calls = []
     real = plotting.plot_curves
@@ -365,7 +365,7 @@ def _prefetch_threads() -> list[threading.Thread]:
 def test_prefetching_keeps_the_batch_order_and_records_the_trained_position(tmp_path, cache, monkeypatch, depth):
     """The same micro-batches in the same order with and without the prefetch thread; the checkpoint holds the
     sampler position after the 10 batches trained (5 updates x 2), not after those drawn ahead; no thread is left."""
-    from transformer import optim
+    from transformer.training import optim
 
     def run(prefetch: int, out: str):
         seen = []
@@ -394,7 +394,7 @@ def test_no_prefetch_thread_outlives_a_failed_run(tmp_path, cache, monkeypatch):
     with pytest.raises(UserError, match="not finite for 5 updates in a row"):
         Trainer(_config(tmp_path, cache, "train.prefetch=4"), progress=False).run()
     assert not _prefetch_threads()
-    from transformer.prefetch import Prefetcher
+    from transformer.training.prefetch import Prefetcher
 
     def failing():
         yield "tag", None
@@ -412,7 +412,7 @@ def test_device_decided_skips_are_read_where_the_count_matters(tmp_path, cache, 
     """Updates 2 and 3 skipped, reported as device tensors. Read at every log line (log_every 1): the schedule of
     the synced path. Read only at max_steps (4 counted updates): the rate runs ahead by the skips until then, as the
     docs say; the update count, the checkpoint and the skip count are exact either way."""
-    from transformer import optim
+    from transformer.training import optim
 
     calls = _fake_updates(monkeypatch, lambda n: (n in (2, 3), n in (2, 3)), on_device=True)
     config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0", f"train.log_every={log_every}")
@@ -437,7 +437,7 @@ def test_device_decided_nan_patience_aborts_at_the_next_log_line(tmp_path, cache
 def test_a_run_deciding_skips_on_the_device_equals_the_synced_run(tmp_path, cache, monkeypatch):
     """make_optimizer's CUDA optimizer (fused Adam) on the CPU, with dropout: the device path (no host read per
     update) and the synced path give the same logged losses and the same weights, bit for bit."""
-    from transformer import optim
+    from transformer.training import optim
 
     def fused(model, train):
         return torch.optim.Adam(model.parameters(), lr=0.0, betas=train.adam_betas, eps=train.adam_eps, fused=True)

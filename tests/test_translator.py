@@ -9,8 +9,9 @@ import tiny_checkpoint
 import torch
 
 from transformer.checkpoint import load_for_inference
+from transformer.decoding.translator import Translator
+from transformer.devices import pick_device
 from transformer.errors import UserError
-from transformer.translator import Translator, pick_device
 
 LONG = " ".join(["cat dog house"] * 20)  # far more than MAX_POSITIONS source tokens
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transformer.validation import EarlyStopping
+from transformer.training.validation import EarlyStopping
 
 
 def test_patience_counts_validations_since_the_best_and_resets_on_improvement():

@@ -8,8 +8,8 @@ import torch
 
 from transformer.checkpoint import model_state, save_checkpoint
 from transformer.config import from_dict
-from transformer.model import Transformer
-from transformer.tokenizer import PAD_ID, Tokenizer
+from transformer.data.tokenizer import PAD_ID, Tokenizer
+from transformer.model.transformer import Transformer
 
 WORDS = [
     "the",
@@ -71,7 +71,7 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
 
     Dimensions all differ (d_model 24, 2 heads, d_ff 40, 2 + 3 layers). Written to folder/checkpoint.pt.
     """
-    from transformer.loss import label_smoothed_loss
+    from transformer.training.loss import label_smoothed_loss
 
     src, tgt = sentences(2000, seed=5), None
     tgt = [" ".join(reversed(s.split())) for s in src]

@@ -1,7 +1,7 @@
-"""`python -m transformer COMMAND ...`, the same as `transformer-COMMAND ...` and `python -m transformer.cli`."""
+"""`python -m transformer COMMAND ...`, the same as `transformer-COMMAND ...`."""
 
 import sys
 
-from transformer.cli import main
+from transformer.commands.cli import main
 
 sys.exit(main())

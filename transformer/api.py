@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from transformer.cpu_linear import quantize_int8
+from transformer.decoding.cpu_linear import quantize_int8
+from transformer.decoding.translator import Translation
+from transformer.decoding.translator import Translator as _Engine
 from transformer.errors import UserError
-from transformer.translator import Translation
-from transformer.translator import Translator as _Engine
 
 
 class Translator:
@@ -42,7 +42,7 @@ class Translator:
     ) -> Translator:  # fmt: skip
         """Load `path` (weights_only); `decode` keywords override the checkpoint's decoding settings."""
         from transformer.checkpoint import build_model, load_checkpoint
-        from transformer.translator import pick_device
+        from transformer.devices import pick_device
 
         device = pick_device(str(device))
         model, tokenizer, config = build_model(load_checkpoint(path), "cpu")

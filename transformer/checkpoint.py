@@ -83,8 +83,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 
 def build_model(state: dict[str, Any], device: str | torch.device = "cpu"):
     """The model, tokenizer and config stored in a loaded checkpoint, on `device`, in eval mode."""
-    from transformer.model import Transformer  # torch-heavy imports stay local to the callers that need them
-    from transformer.tokenizer import PAD_ID, Tokenizer
+    from transformer.data.tokenizer import PAD_ID, Tokenizer
+    from transformer.model.transformer import (
+        Transformer,  # torch-heavy imports stay local to the callers that need them
+    )
 
     config = from_dict(state["config"])
     tokenizer = Tokenizer.from_bytes(state["tokenizer"])

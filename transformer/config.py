@@ -13,6 +13,7 @@ This module imports no torch, so it loads instantly and can be used by any tool.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import typing
 from dataclasses import dataclass, field
@@ -24,6 +25,15 @@ import yaml
 from transformer.errors import ConfigError
 from transformer.paths import find_config, resolve_split_paths
 from transformer.typecheck import build
+
+log = logging.getLogger(__name__)
+
+# Keys of earlier versions, now gone: a file or --set that names one gets a warning and the key is ignored, and a
+# checkpoint that stores one loads as before.
+REMOVED_KEYS = {
+    ("train", "onednn_linear"): "CPU training matmuls are PyTorch's own",
+    ("train", "fast_cpu_dropout"): "dropout is nn.Dropout",
+}
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]  # autocast setting; `transformer.precision` states the rule
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
@@ -69,8 +79,9 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
-    """One split of a corpus, exactly one kind of source. `KINDS`: kind -> (the fields that name it, its input paths,
-    resolved against the config's folder; `dataset` too with from_disk); `transformer.corpus.READERS` reads each."""
+    """One split of a corpus, exactly one kind of source. `KINDS`: kind -> (the fields that name it, its input
+    paths, resolved against the config's folder; `dataset` too with from_disk); `transformer.data.corpus.READERS`
+    reads each."""
 
     KINDS: ClassVar = {"parallel": (("src", "tgt"), ("src", "tgt")), "tsv": (("tsv",), ("tsv",)),
                        "dataset": (("dataset",), ("data_files",)), "corpora": (("corpora",), ())}  # fmt: skip
@@ -152,9 +163,7 @@ class TrainConfig:
     label_smoothing: float = 0.1  # epsilon_ls
     precision: Precision = "auto"  # autocast while training; auto: bf16 on a GPU that supports it, else fp32
     compile: bool = False  # wrap the model in torch.compile
-    fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.loss)
-    onednn_linear: bool = True  # float32 CPU training matmuls on oneDNN instead of MKL (transformer.cpu_linear)
-    fast_cpu_dropout: bool = True  # CPU dropout masks from 16 random bits per element (transformer.dropout)
+    fused_loss: bool = True  # output layer + loss for the non-pad targets only, chunked (transformer.training.loss)
     length_buckets: bool = False  # pad batches to a few lengths (batching.LENGTH_BUCKETS): for compile on a GPU
     prefetch: int = 2  # micro-batches collated (on CUDA also pinned and copied) ahead on a thread (0 = none)
     threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
@@ -260,8 +269,19 @@ def parse_duration(text: str) -> float:
 
 
 def from_dict(values: dict[str, Any]) -> Config:
-    """A validated `Config` from a (possibly partial) nested mapping."""
-    return build(Config, values or {}, "")
+    """A validated `Config` from a (possibly partial) nested mapping (keys of `REMOVED_KEYS` left out)."""
+    return build(Config, _without_removed(values or {}), "")
+
+
+def _without_removed(tree: dict[str, Any], warn: bool = False) -> dict[str, Any]:
+    """`tree` less the keys of `REMOVED_KEYS`, each named in a warning when `warn`."""
+    tree = dict(tree)
+    for (section, key), why in REMOVED_KEYS.items():
+        if isinstance(tree.get(section), dict) and key in tree[section]:
+            tree[section] = {k: v for k, v in tree[section].items() if k != key}
+            if warn:
+                log.warning("warning: %s.%s is no longer a setting (%s); ignored", section, key, why)
+    return tree
 
 
 def set_dotted(tree: dict[str, Any], override: str) -> None:
@@ -318,7 +338,7 @@ def load_config(
     tree = _merge(base.to_dict() if base is not None else {}, _read_yaml(path) if path is not None else {})
     for override in overrides:
         set_dotted(tree, override)
-    return from_dict(tree)
+    return from_dict(_without_removed(tree, warn=True))
 
 
 def save_config(config: Config, path: str | Path) -> None:

@@ -19,17 +19,17 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from transformer import optim
 from transformer.checkpoint import save_rotating
 from transformer.config import Config, parse_duration, save_config
-from transformer.distributed import any_rank, barrier
-from transformer.feedback import RunLog, advance, training_bar
 from transformer.fileio import RunLock
-from transformer.plotting import plot_run
-from transformer.prefetch import Prefetcher
-from transformer.run_setup import build_run, describe, training_state
-from transformer.stats_window import StatsWindow, UpdateCount
-from transformer.validation import EarlyStopping, Validator
+from transformer.training import optim
+from transformer.training.distributed import any_rank, barrier
+from transformer.training.feedback import RunLog, advance, training_bar
+from transformer.training.plotting import plot_run
+from transformer.training.prefetch import Prefetcher
+from transformer.training.setup import build_run, describe, training_state
+from transformer.training.stats_window import StatsWindow, UpdateCount
+from transformer.training.validation import EarlyStopping, Validator
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 def train_batches(data, sampler, cfg) -> Iterator:
     """(sampler state after the batch, host batch), epoch after epoch, until max_epochs; run by `Prefetcher`,
     on its thread when train.prefetch > 0."""
-    from transformer.batching import collate
+    from transformer.data.batching import collate
 
     split = data.splits["train"]
     while not cfg.max_epochs or sampler.epoch < cfg.max_epochs:

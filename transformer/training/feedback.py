@@ -1,7 +1,5 @@
-"""Live feedback while work runs: spinners with elapsed time, the training bar, and optional TensorBoard logging.
+"""Live feedback while training runs: the training bar, metrics.jsonl and optional TensorBoard logging.
 
-- `spinner(text)`: for steps with no countable progress (SentencePiece training, reading a large corpus), a line
-  on stderr that shows the elapsed time, refreshed twice a second; nothing when stderr is not a terminal.
 - `training_bar(...)`: counts updates towards `train.max_steps`, or, under `train.max_time` with no step limit,
   fills with the time budget's seconds (the update count then shows as the bar's label).
 - `RunLog`: metrics.jsonl (and TensorBoard), the training log line and the bar's postfix.
@@ -11,13 +9,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +20,6 @@ from tqdm import tqdm
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def spinner(text: str, enabled: bool = True) -> Iterator[None]:
-    """`text` and the elapsed time on stderr until the block ends (only on a terminal)."""
-    if not enabled or not sys.stderr.isatty():
-        yield
-        return
-    bar = tqdm(total=None, desc=text, bar_format="{desc} [{elapsed}]", file=sys.stderr, leave=False)
-    stop = threading.Event()
-
-    def refresh() -> None:
-        while not stop.wait(0.5):
-            bar.refresh()
-
-    thread = threading.Thread(target=refresh, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
 
 
 def training_bar(*, max_steps: int, max_time: float, step: int, elapsed: float, enabled: bool) -> tqdm:

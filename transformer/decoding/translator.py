@@ -25,14 +25,14 @@ from typing import Any
 
 import torch
 
-from transformer.attention import avoid_cudnn_attention, make_pad_mask
-from transformer.batching import build_batches
 from transformer.config import CHUNK_LINES, DecodeConfig
-from transformer.cpu_linear import pack_linears
-from transformer.decoding import generate
-from transformer.errors import UserError
+from transformer.data.batching import build_batches
+from transformer.data.tokenizer import BOS_ID, EOS_ID
+from transformer.decoding.cpu_linear import pack_linears
+from transformer.decoding.search import generate
+from transformer.devices import avoid_cudnn_attention
+from transformer.model.attention import make_pad_mask
 from transformer.precision import autocast, resolve_precision
-from transformer.tokenizer import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +45,6 @@ class Translation:
     score: float  # the search's score (log P / length penalty for beam search)
     log_prob: float  # sum of token log-probabilities (EOS included when the hypothesis finished)
     tokens: list[int]  # output ids without BOS and EOS
-
-
-def pick_device(name: str | None = None) -> torch.device:
-    """None or "auto": CUDA when present, else CPU; otherwise the named device, checked to exist."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name} requested but CUDA is not available here; use --device cpu")
-    return device
 
 
 class Translator:

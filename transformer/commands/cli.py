@@ -76,23 +76,28 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-HELP = {  # command -> (description, examples): what `transformer-COMMAND --help` says above and below the flags
+HELP = {  # command -> (summary, description, examples): `python -m transformer --help` lists the summaries;
+    # `transformer-COMMAND --help` shows the description above the flags and the examples below them
     "prepare": (
+        "train the vocabulary and encode the data splits into the cache",
         "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
         "(data.cache_dir); training then reuses it.",
         "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
     ),
     "train": (
+        "train a model from a config",
         "Train a Transformer translation model.",
         "  transformer-train --config demo --set train.max_time=30m\n"
         "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
     ),
     "average": (
+        "average the weights of checkpoints",
         "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
         "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
         "  transformer-average --inputs a.pt b.pt --output avg.pt",
     ),
     "translate": (
+        "translate sentences with a checkpoint",
         "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
         "it prompts for one sentence at a time.",
         '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
@@ -100,6 +105,7 @@ HELP = {  # command -> (description, examples): what `transformer-COMMAND --help
         "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2",
     ),
     "evaluate": (
+        "translate a test set and score it with sacreBLEU",
         "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
         "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
         "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
@@ -108,6 +114,7 @@ HELP = {  # command -> (description, examples): what `transformer-COMMAND --help
         "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
     ),
     "export": (
+        "write a checkpoint as a Hugging Face or CTranslate2 model",
         "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
         "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
         "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
@@ -122,7 +129,7 @@ def _parser(command: str, *arguments: Callable[[argparse.ArgumentParser], None])
     every default, the command's HELP text and where the config keys are documented."""
     from transformer import __version__
 
-    description, examples = HELP[command]
+    _, description, examples = HELP[command]
     parser = argparse.ArgumentParser(
         prog=f"transformer-{command}", description=description, formatter_class=_HelpFormatter,
         epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
@@ -147,7 +154,7 @@ def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
     args = _parser("prepare", _config_args).parse_args(argv)
     from transformer.config import load_config
-    from transformer.data import prepare_data
+    from transformer.data.prepare import prepare_data
 
     config = load_config(args.config, args.overrides)
     prepared = prepare_data(config)
@@ -179,7 +186,7 @@ def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
     args = _parser("train", _config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
-    from transformer.trainer import Trainer
+    from transformer.training.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
     if args.print_config:
@@ -261,7 +268,7 @@ def translate_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")
-    from transformer.commands import run_translate
+    from transformer.commands.translate import run_translate
 
     return run_translate(args)
 
@@ -310,7 +317,7 @@ def _evaluate_args(parser: argparse.ArgumentParser) -> None:
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
     args = _parser("evaluate", _evaluate_args).parse_args(argv)
-    from transformer.commands import run_evaluate
+    from transformer.commands.evaluate import run_evaluate
 
     return run_evaluate(args)
 
@@ -327,37 +334,49 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 def export_main(argv: list[str] | None = None) -> int:
     """transformer-export --checkpoint CKPT --format hf|ctranslate2 --output DIR"""
     args = _parser("export", _export_args).parse_args(argv)
-    from transformer.export import export_checkpoint
+    from transformer.decoding.export import export_checkpoint
 
     output = export_checkpoint(args.checkpoint, args.format, args.output, args.quantization)
     print(f"wrote {args.format} model to {output}")
     return 0
 
 
-COMMANDS = {
-    "prepare": "prepare_main",
-    "train": "train_main",
-    "translate": "translate_main",
-    "evaluate": "evaluate_main",
-    "average": "average_main",
-    "export": "export_main",
+COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
+    "prepare": prepare_main,
+    "train": train_main,
+    "translate": translate_main,
+    "evaluate": evaluate_main,
+    "average": average_main,
+    "export": export_main,
 }
 
 
+def main_parser() -> argparse.ArgumentParser:
+    """`python -m transformer`'s parser: the commands, one line each."""
+    from transformer import __version__
+
+    width = max(map(len, COMMANDS)) + 2
+    listing = "\n".join(f"  {name:<{width}}{HELP[name][0]}" for name in COMMANDS)
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer", usage="%(prog)s [-h] [--version] COMMAND [options]",
+        description=f"Train, run and score the paper's Transformer translator.\n\ncommands:\n{listing}",
+        epilog="Each command is also installed as transformer-COMMAND; COMMAND --help shows its flags.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"transformer {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
+    for name in COMMANDS:
+        commands.add_parser(name, add_help=False)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer.cli COMMAND ...`, the same as `transformer-COMMAND ...` (handy under torchrun)."""
+    """`python -m transformer COMMAND ...`, the same as `transformer-COMMAND ...` (handy under torchrun); without a
+    command, the list of commands on stderr and exit code 2."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--version":
-        from transformer import __version__
-
-        print(f"transformer {__version__}")
-        return 0
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} [options]  (COMMAND --help for each)",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    return globals()[COMMANDS[argv[0]]](argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    parser = main_parser()
+    parser.parse_args(argv)  # --help and --version exit 0 here; an unknown command exits 2
+    parser.print_help(sys.stderr)
+    return 2

@@ -92,7 +92,7 @@ def train_piece(
     config: Config, state: dict[str, Any], *, piece_seconds: float, piece_updates: int, progress: bool
 ) -> dict[str, Any]:
     """One piece: resume (unless first), train to the piece's limits, drop an off-schedule last checkpoint."""
-    from transformer.trainer import Trainer
+    from transformer.training.trainer import Trainer
 
     max_steps, max_time = piece_limits(
         config, step=state["step"], elapsed=state["elapsed"], piece_seconds=piece_seconds, piece_updates=piece_updates
@@ -138,9 +138,10 @@ def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dic
     """Average `paths` into averaged.pt, translate the test split with it at `decode.precision` (precision.py's
     rule, as transformer-evaluate decodes; the training precision plays no part); (scores, test sentences)."""
     from transformer.checkpoint import average_checkpoints, build_model, save_checkpoint
-    from transformer.corpus import load_pairs
+    from transformer.data.corpus import load_pairs
+    from transformer.decoding.translator import Translator
+    from transformer.devices import pick_device
     from transformer.evaluation import corpus_scores
-    from transformer.translator import Translator, pick_device
 
     if config.data.test is None:
         raise UserError("the recipe's config has no data.test split to score")
@@ -208,8 +209,8 @@ def _write_results(record: dict[str, Any], results_dir: Path) -> Path:
 def _recipe_config(config_path: str, overrides: list[str] | tuple[str, ...], average_last: int) -> Config:
     """The recipe's config with room for `average_last` checkpoints kept; a decode precision this machine cannot
     run (fp16 without CUDA) is refused now, not after hours of training."""
+    from transformer.devices import pick_device
     from transformer.precision import resolve_precision
-    from transformer.translator import pick_device
 
     config = load_config(config_path, overrides)
     resolve_precision(config.decode.precision, pick_device(), setting="decode.precision")

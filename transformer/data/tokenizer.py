@@ -11,7 +11,7 @@ Special ids are fixed in every model trained here, so the model, the batches and
     EOS_ID = 3  </s>    last token of every source sequence and of the labels `tgt_out`
 
 Sequence conventions: `encode_src` returns pieces + EOS (what the encoder reads); `encode_tgt` returns the pieces
-only, and `transformer.batching.collate` builds `tgt_in` = BOS + pieces and `tgt_out` = pieces + EOS from them.
+only, and `transformer.data.batching.collate` builds `tgt_in` = BOS + pieces and `tgt_out` = pieces + EOS from them.
 A tokenizer is stored as raw model bytes (`to_bytes`), which is what checkpoints keep.
 """
 

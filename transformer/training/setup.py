@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from transformer import optim
 from transformer.checkpoint import load_checkpoint, load_weights, model_state
 from transformer.config import Config, parse_duration
-from transformer.cpu_linear import use_onednn
-from transformer.distributed import (
+from transformer.errors import UserError
+from transformer.fileio import RunLock
+from transformer.precision import resolve_precision
+from transformer.training import optim
+from transformer.training.distributed import (
     barrier,
     init_distributed,
     prepare_group,
@@ -24,10 +26,6 @@ from transformer.distributed import (
     rng_states,
     seed_everything,
 )
-from transformer.dropout import use_fast_dropout
-from transformer.errors import UserError
-from transformer.fileio import RunLock
-from transformer.precision import resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +49,7 @@ class RunSetup:
 
 
 def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
-    """Check what must hold before any work, join the DDP group, set threads, the CPU matmul route, TF32 and the
-    seeds."""
+    """Check what must hold before any work, join the DDP group, set threads, TF32 and the seeds."""
     cfg = config.train
     if config.data.max_tokens_per_sentence > config.model.max_positions:
         raise UserError(
@@ -66,8 +63,6 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
         RunLock(Path(cfg.out_dir)).check()  # refuse a busy run directory now; Trainer.run() takes the lock
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    use_onednn(cfg.onednn_linear)
-    use_fast_dropout(cfg.fast_cpu_dropout)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     seed_everything(cfg.seed)
@@ -77,7 +72,7 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
 def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
     """Rank 0 trains the tokenizer and fills the cache while the others wait (with their own timeout, as this
     can take longer than the process group's), then read it; evaluation splits lose pairs too long to fit."""
-    from transformer.data import drop_longer, prepare_data
+    from transformer.data.prepare import drop_longer, prepare_data
 
     group = prepare_group(parse_duration(config.train.prepare_timeout)) if world > 1 else None
     data = prepare_data(config, progress=progress) if is_main else None
@@ -95,7 +90,7 @@ def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
 
 def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]:
     """The train split's token-bucketed sampler and the micro-batches per update (train.update_tokens)."""
-    from transformer.batching import TokenBatchSampler
+    from transformer.data.batching import TokenBatchSampler
 
     cfg, split = config.train, data.splits["train"]
     sampler = TokenBatchSampler(
@@ -157,8 +152,8 @@ def training_state(run: RunSetup, config: Config, *, step: int, sampler: dict, p
 def build_run(config: Config, *, resume: bool | str = False, progress: bool = True) -> RunSetup:
     """Set up the process, the data and the components; resume (True: train.out_dir/checkpoint_last.pt, or a
     path) or warm-start from train.init_from; then compile and wrap in DDP as configured."""
-    from transformer.model import Transformer
-    from transformer.tokenizer import PAD_ID
+    from transformer.data.tokenizer import PAD_ID
+    from transformer.model.transformer import Transformer
 
     cfg = config.train
     rank, world, device, precision = setup_process(config)

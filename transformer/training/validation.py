@@ -14,10 +14,10 @@ from tqdm import tqdm
 
 from transformer.checkpoint import model_state, save_checkpoint
 from transformer.config import Config
-from transformer.distributed import any_rank
-from transformer.loss import label_smoothed_loss
-from transformer.plotting import plot_run
 from transformer.precision import autocast
+from transformer.training.distributed import any_rank
+from transformer.training.loss import label_smoothed_loss
+from transformer.training.plotting import plot_run
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def evaluate_loss(model, batches, *, precision: str, pad_id: int, epsilon: float
 
 def validate(model, data, config: Config, precision: str, device: torch.device, progress: bool = False):
     """valid_loss, valid_nll, valid_ppl, and valid_bleu (greedy, on a sample) when configured."""
-    from transformer.batching import TokenBatchSampler, collate
+    from transformer.data.batching import TokenBatchSampler, collate
 
     split = data.splits["valid"]
     sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
@@ -49,8 +49,8 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
                               epsilon=config.train.label_smoothing)  # fmt: skip
     record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
     if config.train.valid_bleu and split.src_text is not None:
+        from transformer.decoding.translator import Translator
         from transformer.evaluation import corpus_scores
-        from transformer.translator import Translator
 
         n = config.train.valid_bleu_sentences or len(split)
         decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from transformer.errors import UserError
-from transformer.optim import UpdateStats
+from transformer.training.optim import UpdateStats
 
 
 class StatsWindow:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import torch
 
-from transformer.cpu_linear import applies, matmul_t
-
 # Rows per chunk: C x V float32 stays near 256 MB (C = 1,813 for V = 37,000), whatever the batch size.
 CHUNK_ELEMENTS = 2**26
 
@@ -62,11 +60,10 @@ class _ChunkedLoss(torch.autograd.Function):
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_h = torch.empty_like(h) if with_grad else None  # (N, D)
-        w_t = w.T.contiguous() if with_grad and applies(w) else w.T  # (D, V): g @ w = g @ w_t^T, oneDNN's layout
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grad else None
         for start in range(0, N, chunk):
             h_c, y_c = h[start : start + chunk], target[start : start + chunk]  # (C, D), (C,)
-            z = matmul_t(h_c, w).float()  # (C, V)
+            z = (h_c @ w.T).float()  # (C, V)
             z_y, z_mean = z.gather(1, y_c[:, None]).squeeze(1), z.mean(dim=-1)  # (C,) each
             z_max = z.amax(dim=-1, keepdim=True)  # (C, 1)
             e = z.sub_(z_max).exp_()  # (C, V): exp(z - max), in place of z: one exp serves the loss and p
@@ -79,7 +76,7 @@ class _ChunkedLoss(torch.autograd.Function):
                 g = torch.addcmul(e.new_full((), -epsilon / V), e, total.reciprocal(), out=e)  # (C, V): p - eps/V
                 g[torch.arange(len(y_c), device=g.device), y_c] -= 1.0 - epsilon
                 g = g.to(compute_dtype)
-                grad_h[start : start + chunk] = matmul_t(g, w_t)  # (C, D)
+                grad_h[start : start + chunk] = g @ w  # (C, D)
                 grad_w += (g.T @ h_c).float()  # (V, D)
         ctx.mark_non_differentiable(nll)
         ctx.save_for_backward(grad_h, grad_w)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer.attention import DecoderCache, make_pad_mask
 from transformer.config import ModelConfig
-from transformer.dropout import Dropout
-from transformer.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
-from transformer.layers import DecoderLayer, EncoderLayer
+from transformer.model.attention import make_pad_mask
+from transformer.model.cache import DecoderCache
+from transformer.model.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
+from transformer.model.layers import DecoderLayer, EncoderLayer
 
 
 def _positional(kind: str, d_model: int, max_positions: int) -> nn.Module:
@@ -48,7 +48,7 @@ class _Stack(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.positional = positional
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         kwargs = dict(dropout=dropout, norm_first=norm_first, eps=eps, **layer_kwargs)
         self.layers = nn.ModuleList(self.layer_class(**kwargs) for _ in range(n_layers))
         self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
@@ -167,7 +167,7 @@ class Transformer(nn.Module):
         positions (N,) long, flat indices into the B*T target positions: only those, as rows (N, V) (training
         scores the real targets only, not the padding; an index, not a mask, so no device sync). project=False:
         the decoder states (B, T, D) or (N, D) instead of logits, for a loss that applies the output layer itself
-        (`transformer.loss`).
+        (`transformer.training.loss`).
         """
         src_mask = make_pad_mask(src, self.pad_id)  # (B, 1, 1, S)
         hidden = self.decoder(tgt_in, self.encode(src, src_mask), src_mask)  # (B, T, D)

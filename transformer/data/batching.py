@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.errors import UserError
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:
-    from transformer.data import EncodedSplit
+    from transformer.data.prepare import EncodedSplit
 
 log = logging.getLogger(__name__)
 

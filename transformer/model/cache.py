@@ -1,150 +1,18 @@
-"""Multi-head attention (paper section 3.2), the masks it reads, and the decoder's key/value cache.
+"""The decoder's key/value cache for incremental decoding (paper section 3.2.3: the decoder attends to the
+positions before it, so each step computes only the newest position and reads the earlier ones from here).
 
-Legend: B batch, S source length, T target length, D d_model, H heads, Dh head dim (D / H), N = B*K rows.
+Legend: B batch (sentences), S source length, H heads, Dh head dim, K beams per sentence, N = B*K rows,
+t positions decoded so far.
 
-Masks are boolean and True means "may attend", as `F.scaled_dot_product_attention` reads them; only
-`make_pad_mask` and `make_causal_mask` build them. Decoding adds them to the scores instead, as biases
-(`attention_bias`: 0 where a query may attend, -inf where not).
+The cache is passed to `Transformer.decode_step`, never stored on a module (the decoding interface:
+`init_cache`, `decode_step`, `rerank_beams`, `keep_sentences`).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from transformer.cpu_linear import linear
-
-
-def make_pad_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """(B, S) token ids -> (B, 1, 1, S) bool, True at real tokens: every query may attend to every non-pad key."""
-    return (tokens != pad_id)[:, None, None, :]
-
-
-def make_causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
-    """(T, T) bool, True on and below the diagonal: position i may attend to positions j <= i."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
-
-
-def avoid_cudnn_attention() -> None:
-    """Keep `F.scaled_dot_product_attention` on CUDA off cuDNN's kernel (flash / memory-efficient kernels instead).
-
-    cuDNN's attention builds an execution plan for every new shape, tens of milliseconds each on an H100. Training
-    batches vary in length and incremental decoding grows the key length each step, so nearly every call paid it:
-    303 ms per base-model update instead of 76 (H100, docs/benchmarks.md).
-    """
-    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
-        torch.backends.cuda.enable_cudnn_sdp(False)
-
-
-def reference_attention(q, k, v, mask=None):
-    """softmax(Q K^T / sqrt(d_k)) V written out, for tests only (the model: SDPA, or `step_attention` decoding)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v
-
-
-class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
-
-    Self-attention projects Q, K and V with one fused (D -> 3D) matrix `qkv_proj`; cross-attention projects the
-    queries with `q_proj` and the encoder memory with a fused (D -> 2D) `kv_proj`.
-    """
-
-    def __init__(self, *, d_model: int, n_heads: int, attention_dropout: float, self_attention: bool) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.attention_dropout = attention_dropout
-        self.self_attention = self_attention
-        if self_attention:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
-        else:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
-
-    def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
-        """Self-attention projections: (B, T, D) -> (3, B, H, T, Dh), the queries, keys and values (one view)."""
-        B, T, _ = x.shape
-        qkv = linear(self.qkv_proj, x).view(B, T, 3, self.n_heads, self.d_head)  # (B, T, 3, H, Dh)
-        return qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
-
-    def project_q(self, x: torch.Tensor) -> torch.Tensor:
-        """Cross-attention queries: (B, T, D) -> (B, H, T, Dh)."""
-        return self._split_heads(linear(self.q_proj, x))
-
-    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention keys and values from the encoder memory: (B, S, D) -> two (B, H, S, Dh)."""
-        k, v = linear(self.kv_proj, memory).chunk(2, dim=-1)  # 2 x (B, S, D)
-        return self._split_heads(k), self._split_heads(v)
-
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        """Scaled dot-product attention over heads, then W^O: (B, H, T, Dh) x (B, H, S, Dh) -> (B, T, D).
-
-        `mask` is bool and broadcasts to (B, H, T, S); `is_causal` applies the look-ahead mask instead.
-        """
-        dropout_p = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
-        return self.merge_heads(out)
-
-    def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
-        """Concat(head_1, ..., head_h) W^O: (B, H, T, Dh) -> (B, T, D)."""
-        B, H, T, Dh = heads.shape
-        return linear(self.out_proj, heads.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        """Full-sequence attention. Self: x (B, T, D). Cross: x (B, T, D) attends to memory (B, S, D)."""
-        if self.self_attention:
-            q, k, v = self.project_qkv(x).unbind(0)
-        else:
-            q, (k, v) = self.project_q(x), self.project_kv(memory)
-        return self.attend(q, k, v, mask, is_causal)
-
-
-def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask (True = may attend) as an additive bias of the same shape: 0 where True, -inf where False."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
-
-
-def step_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None):
-    """softmax(Q K^T / sqrt(d_k) + bias) V for the few queries of one decoding step, as two batched matrix products.
-
-    q (B, H, Q, Dh); k, v (B, H, t, Dh), which may be views into a preallocated cache (any stride between rows
-    and heads, Dh contiguous); bias (`attention_bias`) broadcasting to (B, H, Q, t), or None. -> (B, H, Q, Dh).
-    The scaling and the bias ride in the first product (baddbmm). Decoding only (no dropout).
-    `F.scaled_dot_product_attention`'s CPU kernel takes several times longer for so few queries per row than these
-    two products (docs/benchmarks.md).
-    """
-    B, H, Q, Dh = q.shape
-    t = k.size(2)
-    queries, keys = q.reshape(B * H, Q, Dh), k.reshape(B * H, t, Dh).transpose(1, 2)  # (B*H, Q, Dh), (B*H, Dh, t)
-    if bias is None:
-        bias = q.new_zeros(1, 1, 1)
-    else:
-        bias = bias.expand(B, H, -1, t).reshape(B * H, -1, t)  # (B*H, Q or 1, t)
-    scores = torch.baddbmm(bias, queries, keys, alpha=1 / math.sqrt(Dh))  # (B*H, Q, t)
-    return torch.bmm(scores.softmax(dim=-1), v.reshape(B * H, t, Dh)).view(B, H, Q, Dh)  # (B, H, Q, Dh)
+from transformer.model.attention import attention_bias
 
 
 class LayerCache:

@@ -1,11 +1,11 @@
 """The paper's section 5.3, Optimizer: Adam, the learning-rate schedule, and one optimizer update accumulated over
-micro-batches and devices (its forward pass, the label-smoothed loss of `transformer.loss`, included).
+micro-batches and devices (its forward pass, the label-smoothed loss of `transformer.training.loss`, included).
 
 Legend: B batch, T target length, N non-pad target positions, D d_model, V vocabulary.
 
 Named as `torch.optim` is, for what it holds: what one optimizer step needs (its learning rate, its optimizer, how
 many micro-batches make it, and the step itself, with mixed precision and the skip of a non-finite update). The
-driver that wires data, checkpoints and validation around these pieces is `transformer.trainer`.
+driver that wires data, checkpoints and validation around these pieces is `transformer.training.trainer`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, TrainConfig
-from transformer.loss import chunked_label_smoothed_loss, label_smoothed_loss
 from transformer.precision import autocast
+from transformer.training.loss import chunked_label_smoothed_loss, label_smoothed_loss
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:

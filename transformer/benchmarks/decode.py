@@ -39,9 +39,10 @@ from functools import partial
 
 import torch
 
-from transformer.attention import avoid_cudnn_attention, make_pad_mask
-from transformer.decoding import beam_search, greedy_decode
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
+from transformer.decoding.search import beam_search, greedy_decode
+from transformer.devices import avoid_cudnn_attention
+from transformer.model.attention import make_pad_mask
 
 COMPUTES = {  # compute type -> (torch dtype of ours and HF, CTranslate2's compute_type); int8: CPU only, not HF
     "fp32": (torch.float32, "float32"),
@@ -145,7 +146,7 @@ def build_engine(name: str, compute: str, threads: int, source, device: str = "c
         avoid_cudnn_attention()  # ours and HF alike, as `Translator` does: cuDNN would plan every new shape anew
     dtype, ct2_compute = COMPUTES[compute]
     if name == "ours":
-        from transformer.cpu_linear import pack_linears, quantize_int8
+        from transformer.decoding.cpu_linear import pack_linears, quantize_int8
 
         if device == "cpu" and compute in ("fp32", "int8"):
             return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source))
@@ -251,10 +252,10 @@ def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sente
     one a random model of `config_path`'s shape and `sentences` random sources of about `src_len` tokens."""
     from transformer.checkpoint import build_model, load_checkpoint
     from transformer.config import load_config
-    from transformer.model import Transformer
+    from transformer.model.transformer import Transformer
 
     if checkpoint:
-        from transformer.corpus import load_pairs
+        from transformer.data.corpus import load_pairs
 
         model, tokenizer, config = build_model(load_checkpoint(checkpoint))
         texts, references = load_pairs(config.data.test, config.data)
@@ -282,7 +283,7 @@ def decode_engines(
         for c in computes:
             out[c]["ours"] = partial(build_engine, "ours", c, threads, model, device=device)
     if "ctranslate2" in names:
-        from transformer.export import export_ctranslate2
+        from transformer.decoding.export import export_ctranslate2
 
         export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
         pieces = dict(src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
@@ -294,7 +295,7 @@ def decode_engines(
             )
     hf_computes = [c for c in computes if c != "int8"]
     if "hf" in names and hf_computes:
-        from transformer.export import hf_model_from_ours
+        from transformer.decoding.export import hf_model_from_ours
 
         hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
         for c in hf_computes:

@@ -15,7 +15,7 @@ fields; `READERS` (at the end) holds each kind's reader, name and local files, a
 dispatches on the kind. Text files are read here directly
 (one bulk read and UTF-8 decode, lines split on "\n" only, each line stripped of surrounding whitespace, no
 quoting in TSV), so that errors can name the file and the line; every source then goes through the same
-process-parallel encoding in `transformer.data`. Problems the user can fix raise a one-line `UserError`.
+process-parallel encoding in `transformer.data.prepare`. Problems the user can fix raise a one-line `UserError`.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def _read_dataset(split: SplitConfig, data: DataConfig) -> tuple[list[str], list
 def load_pairs(split: SplitConfig, data: DataConfig) -> tuple[list[str], list[str]]:
     """Raw source and target sentences of one split, equally long, each stripped of surrounding whitespace.
 
-    Pairs are kept as they are (empty sides included); filtering happens in `transformer.data.prepare_data`.
+    Pairs are kept as they are (empty sides included); filtering happens in `transformer.data.prepare.prepare_data`.
     """
     src, tgt = READERS[split.kind].read(split, data)
     log.debug("read %d pairs from %s", len(src), describe_split(split))

@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.attention import LayerCache, MultiHeadAttention, step_attention
-from transformer.cpu_linear import linear
-from transformer.dropout import Dropout
+from transformer.model.attention import MultiHeadAttention, step_attention
+from transformer.model.cache import LayerCache
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -30,11 +29,11 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.dropout = Dropout(activation_dropout)
+        self.dropout = nn.Dropout(activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
-        return linear(self.linear2, self.dropout(self.activation(linear(self.linear1, x))))  # via (B, T, F)
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # via (B, T, F)
 
 
 class _SublayerConnection(nn.Module):
@@ -51,7 +50,7 @@ class _SublayerConnection(nn.Module):
         activation_dropout: float, activation: str, norm_first: bool, eps: float,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
         attention = dict(d_model=d_model, n_heads=n_heads, attention_dropout=attention_dropout)
         self.self_attn = MultiHeadAttention(**attention, self_attention=True)

@@ -2,7 +2,7 @@
 
 `prepare_data(config)` (what `transformer-prepare` runs, and what training calls) does, for each configured split:
 
-1. read the raw pairs (`transformer.corpus.load_pairs`: plain files, TSV or `datasets`);
+1. read the raw pairs (`transformer.data.corpus.load_pairs`: plain files, TSV or `datasets`);
 2. train SentencePiece on the training pairs (section 5.1: a shared source-target BPE vocabulary), cached in
    `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the vocabulary settings;
 3. encode in chunks of 50k pairs over `data.num_proc` processes;
@@ -41,10 +41,10 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer.config import Config, DataConfig
-from transformer.corpus import describe_split, load_pairs, split_identity
+from transformer.data.corpus import describe_split, load_pairs, split_identity
+from transformer.data.tokenizer import Tokenizer
 from transformer.errors import UserError
-from transformer.feedback import spinner
-from transformer.tokenizer import Tokenizer
+from transformer.progress import spinner
 
 __all__ = ["EncodedSplit", "PreparedData", "load_pairs", "prepare_data"]
 

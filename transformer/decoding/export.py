@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 from transformer.errors import UserError
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from transformer.attention import avoid_cudnn_attention
+from transformer.devices import avoid_cudnn_attention
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)

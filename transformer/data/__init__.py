@@ -1,0 +1,6 @@
+"""Data: SentencePiece tokenization, reading corpora (files, TSV, `datasets`), encoding into a memory-mapped cache,
+and token-bucketed batching (paper section 5.1).
+
+Imports the shared modules (config, errors, fileio, paths, progress) only: nothing of the model, training or
+decoding.
+"""

@@ -1,0 +1,74 @@
+"""Copies of a model for decoding on the CPU, their Linear layers faster than `nn.Linear`: float32 with the weights
+packed once for oneDNN, or int8.
+
+Legend: N rows, I input features, O output features.
+
+PyTorch sends float32 `F.linear` on the CPU to MKL's sgemm, which re-packs W into its blocked layout on every call;
+decoding calls each layer once per step with few rows, so the packing is much of the cost. `pack_linears` gives a
+copy whose Linear layers hold W packed once in oneDNN's layout (`PackedLinear`, the kernels CTranslate2 uses on the
+CPU): the same products summed in another order, the same tokens (tests/test_cpu_linear.py). `quantize_int8` gives
+a copy in int8 (PyTorch's dynamic quantization). Both leave the given model as it is (training goes on with it).
+Measured gain of the packed copy, beam 4 over the demo's test books: see docs/benchmarks.md (Linear layers packed).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W packed once in oneDNN's layout: float32, CPU, inference only (no gradient)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """weight (out, in) and bias (out,) or None, as nn.Linear holds them."""
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)  # (out, in), blocked
+        self.bias = None if bias is None else bias.detach()  # (out,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., in) -> (..., out)."""
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+
+
+@functools.cache
+def available() -> bool:
+    """Whether this PyTorch build has the oneDNN ops and they compute F.linear (tried once on a small layer, with
+    fixed values: the random streams that training and sampling draw from stay untouched)."""
+    weight, bias, x = (
+        torch.linspace(-1, 1, 40).view(5, 8),
+        torch.linspace(0, 1, 5),
+        torch.linspace(-2, 2, 24).view(3, 8),
+    )
+    try:
+        return torch.allclose(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), atol=1e-5)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """A copy of `model` (on the CPU, float32) whose nn.Linear layers are `PackedLinear`s, sharing every parameter
+    and buffer with `model`; `model` itself when this build cannot pack."""
+    if not available():
+        return model
+    memo: dict[int, object] = {id(t): t for t in [*model.parameters(), *model.buffers()]}  # shared, not copied
+    memo |= {id(m): PackedLinear(m.weight, m.bias) for m in model.modules() if type(m) is nn.Linear}
+    return copy.deepcopy(model, memo)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose nn.Linear layers run in int8 (weights per channel, activations quantized per batch).
+
+    `torch.ao.quantization.quantize_dynamic`, CPU only; embeddings, LayerNorm and attention stay float32.
+    """
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # torch >= 2.10 points to torchao; torch.ao still works and needs nothing more
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8)

@@ -1,0 +1,31 @@
+"""Which device to run on, and the process-wide CUDA settings that training and decoding share."""
+
+from __future__ import annotations
+
+import torch
+
+from transformer.errors import UserError
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """None or "auto": CUDA when present, else CPU; otherwise the named device, checked to exist."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name} requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def avoid_cudnn_attention() -> None:
+    """Keep `F.scaled_dot_product_attention` on CUDA off cuDNN's kernel (flash / memory-efficient kernels instead).
+
+    cuDNN's attention builds an execution plan for every new shape, tens of milliseconds each on an H100. Training
+    batches vary in length and incremental decoding grows the key length each step, so nearly every call paid it:
+    303 ms per base-model update instead of 76 (H100, docs/benchmarks.md).
+    """
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)

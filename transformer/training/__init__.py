@@ -1,0 +1,5 @@
+"""Training (paper section 5): the label-smoothed loss, Adam and the learning-rate schedule, the update loop with
+accumulation, mixed precision and DDP, validation and early stopping, logging, curves, recipes and time budgets.
+
+Imports the model, data, decoding (validation BLEU) and the shared modules: nothing of the commands.
+"""
