@@ -8,7 +8,8 @@ decoding calls each layer once per step with few rows, so the packing is much of
 copy whose Linear layers hold W packed once in oneDNN's layout (`PackedLinear`, the kernels CTranslate2 uses on the
 CPU): the same products summed in another order, the same tokens (tests/test_cpu_linear.py). `quantize_int8` gives
 a copy in int8 (PyTorch's dynamic quantization). Both leave the given model as it is (training goes on with it).
-Measured gain of the packed copy, beam 4 over the demo's test books: see docs/benchmarks.md (Linear layers packed).
+Measured gain of the packed copy, beam 4 over 400 demo test verses, same tokens: 1.51x (2-core AMD EPYC Zen 5, AVX-512),
+1.13x (2-core AMD EPYC, AVX2 only) (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ projection (V, D) instead. For C rows at a time it computes the logits in the co
 log-sum-exp and the loss, and, since the loss is the last operation of the forward pass, the gradients with respect
 to the states and the weight right away (the fused linear cross-entropy of Liger Kernel); backward only scales them.
 The (N, V) logits and log-probabilities never exist: the peak extra memory is one (C, V) float32 chunk.
+Measured gain: memory, not time: the base shape's 25k targets x 37k vocabulary are 3.7 GB of float32
+log-probabilities, a chunk 256 MB; a CPU training step is 1.02-1.03x the full-logits one (docs/benchmarks.md).
 
 With z the logits of one row, lse = logsumexp(z), p = softmax(z) and y the reference:
     nll  = lse - z_y
