@@ -5,9 +5,10 @@
 The budget is a total: everything from `--started-at` (`make demo` passes the time before `make setup`) to the
 scores fits in it. Stages, each visible and each header showing the budget left: SentencePiece training and
 encoding (cached); training with a progress bar for whatever is left once the work after it has been estimated
-(`transformer/training/budget.py`; `--time` fixes it instead);
-`transformer-evaluate --checkpoint <out>/checkpoint_last.pt` itself (beam search over the whole test split, hypotheses in <out>/checkpoint_last.test.hyp, sacreBLEU's report);
-Spanish test verses beside the reference and the model's English, then BLEU and chrF. Uses a GPU when there is one.
+(`transformer/training/budget.py`; `--time` fixes it instead); `transformer-evaluate --checkpoint
+<out>/checkpoint_last.pt` itself (beam search over the whole test split, hypotheses in
+<out>/checkpoint_last.test.hyp, sacreBLEU's report); Spanish test verses beside the reference and the model's
+English, then BLEU and chrF. Uses a GPU when there is one.
 """
 
 from __future__ import annotations
