@@ -58,7 +58,7 @@ demo:
 recipe: setup
 	$(BIN)/python scripts/run_recipe.py --config $(RECIPE) $(RECIPE_ARGS)
 
-# Every GPU training figure (issue 13): base and big shapes, ours vs nn.Transformer vs HF Marian, JSON records in
+# Every GPU training figure: base and big shapes, ours vs nn.Transformer vs HF Marian, JSON records in
 # docs/results/ and the table in docs/benchmarks.md. About 5 minutes on one H100/H200; refuses to run without a GPU.
 bench-gpu: setup
 	$(BIN)/python scripts/bench_gpu.py

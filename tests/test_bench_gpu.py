@@ -1,5 +1,5 @@
 """`make bench-gpu`'s script on the CPU: a tiny shape writes a well-formed record, and CPU records never enter the
-GPU table (the fields are the ones issue 13 names for docs/results/)."""
+GPU table (the fields docs/benchmarks.md lists for docs/results/)."""
 
 from __future__ import annotations
 

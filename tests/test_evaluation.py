@@ -65,7 +65,7 @@ def test_test_set_errors(monkeypatch):
         sacrebleu_test_set("wmt14/full", "en-de")
 
 
-# ------------------------------------------------------------------ issue 18: sacreBLEU's options and paired tests
+# --------------------------------------------------------------------------- sacreBLEU's options and paired tests
 
 REF2 = ["The cat sat on the mat.", "A famous state-of-the-art model.", "It is raining today, isn't it?",
         "Kosten-Nutzen-Analyse für zwei bis drei Jahre.", "Short!"]  # fmt: skip

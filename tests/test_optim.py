@@ -145,7 +145,7 @@ def test_non_finite_gradient_under_a_finite_loss_skips_the_update(clip_norm):
 
 
 def test_update_size_warning():
-    """The issue's example: 8 GPUs each filling one ~7k-token micro-batch make ~56k-token updates, not 25k."""
+    """8 GPUs each filling one ~7k-token micro-batch make ~56k-token updates, not 25k."""
     warning = optim.update_size_warning(25000, 8192, 7000, world_size=8, accumulation=1)
     assert warning and "about 56,000 target tokens" in warning and "2.2x train.update_tokens (25,000)" in warning
     assert "lower train.max_tokens to about 3,657" in warning  # 8192 * 25000 / 56000
@@ -153,7 +153,7 @@ def test_update_size_warning():
     assert optim.update_size_warning(25000, 8192, 7000, world_size=4, accumulation=1) is None  # 28k: close
 
 
-# ------------------------------------------------------------ issue 13: no host-device sync per update
+# --------------------------------------------------------------------- no host-device sync per update
 
 
 def _fused_adam(model: torch.nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
@@ -179,8 +179,8 @@ class _NoHostReads:
 
 def test_device_skip_equals_the_synced_update_bitwise(monkeypatch):
     """Five updates, the third with a NaN gradient: deciding the skip on the device (fused Adam's found_inf) leaves
-    the same parameters and Adam state, bit for bit, as the host-side decision (`_apply_update`, the code before
-    issue 13), and the device path reads nothing on the host."""
+    the same parameters and Adam state, bit for bit, as the host-side decision (`_apply_update`, the update that reads
+    its flags on the host), and the device path reads nothing on the host."""
     train = TrainConfig(label_smoothing=0.1, clip_norm=1.0)
     data = random_task(5, seed=4)
 

@@ -180,7 +180,7 @@ def test_early_stopping_on_patience(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path / "run/best.pt")["step"] == 2
 
 
-# ------------------------------------------------------------------------ issue 16: training-loop defects
+# ---------------------------------------------------------------------------------- training-loop defects
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +365,7 @@ def test_print_config_prints_the_resolved_config(tmp_path, capsys):
     assert printed["data"]["train"]["tsv"] == str(ROOT / "data/bible-es-en/dev.tsv.xz")  # against configs/
 
 
-# ------------------------------------------------------- issue 13: prefetching, no host read per update
+# ---------------------------------------------------------------- prefetching, no host read per update
 
 
 def _prefetch_threads() -> list[threading.Thread]:

@@ -142,7 +142,7 @@ def hf_state_dict(model, norm_first: bool) -> dict[str, torch.Tensor]:
 
 
 def _generation_config(decode, max_positions: int):
-    """Our decoding settings as far as `generate` expresses them (see the README for what differs)."""
+    """Our decoding settings as far as `generate` expresses them (docs/decoding.md says what differs)."""
     from transformers import GenerationConfig
 
     return GenerationConfig(

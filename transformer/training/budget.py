@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 # What follows training in `make demo`: the trainer's final validation (loss on the dev books, greedy BLEU on a
 # sample of them), saving, loading, beam search over the test split, scoring. Beam search dominates, and its speed
 # depends on the machine and on how busy others keep it (on a 2-core machine shared with two other training runs
-# the demo trained ten times slower than on an idle one, docs/benchmarks.md), so it is measured, not assumed: the
+# the demo trained ten times slower than on an idle one, docs/demo-tuning.md), so it is measured, not assumed: the
 # demo times beam search with the untrained model over a sample of test sentences before training. An untrained
 # model never ends a sentence early, so that rate is scaled by TRAINED_RATIO, measured on the same busy machine on
 # 2026-11-23: 0.62 s per sentence for the untrained probe, 0.17 s per sentence for the whole test split decoded by
