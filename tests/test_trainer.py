@@ -77,6 +77,15 @@ def test_resume_is_exact(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resuming_a_finished_run_trains_no_further(tmp_path, cache, monkeypatch):
+    """A run that reached max_steps, resumed with the same max_steps: no update, the step stays."""
+    assert Trainer(_config(tmp_path, cache, "train.max_steps=3"), progress=False).run()["step"] == 3
+    calls = _fake_updates(monkeypatch, lambda n: (False, False))
+    result = Trainer(_config(tmp_path, cache, "train.max_steps=3"), resume=True, progress=False).run()
+    assert calls == [] and result["step"] == 3 and result["reason"] == "max_steps"
+    assert load_checkpoint(tmp_path / "run/checkpoint_last.pt")["step"] == 3
+
+
 @pytest.mark.slow
 def test_sigterm_saves_and_resume_is_exact(tmp_path):
     """A run killed with SIGTERM at an arbitrary update saves; resuming reproduces the uninterrupted losses."""

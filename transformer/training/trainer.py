@@ -180,7 +180,8 @@ class Trainer:
         """Updates until a stop condition (section 5: Adam, the warmup schedule, batches of about
         train.update_tokens); returns the reason."""
         cfg, run = self.train_cfg, self.setup
-        last_save, window, first_step, reason = time.time(), StatsWindow(), self.step + 1, None
+        last_save, window, first_step = time.time(), StatsWindow(), self.step + 1
+        reason = stops.reason(self.step, self.elapsed())  # a resumed run may have nothing left to do
         run.net.train()
         while reason is None:
             drawn = [item for _, item in zip(range(run.accumulation), batches)]
