@@ -258,8 +258,8 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
     parser.add_argument("--alignment", action="store_true", help="append each line's word alignment (Pharaoh 'i-j': "
                         "source word i, target word j) after a tab (with --nbest: after ' ||| ')")  # fmt: skip
-    parser.add_argument("--alignment-layer", type=int, help="with --alignment: the decoder layer whose attention over "
-                        "the source, mean over heads, aligns (0-based; default -1, the last)")  # fmt: skip
+    parser.add_argument("--alignment-layer", type=int, metavar="N", help="with --alignment: the decoder layer whose "
+                        "attention over the source (mean over heads) aligns (0-based; default: the last)")  # fmt: skip
     parser.add_argument("--attention-maps", metavar="DIR", help="also draw each line's attention maps, every layer "
                         "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)")  # fmt: skip
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
