@@ -154,3 +154,53 @@ def test_step_attention_with_a_bias_equals_the_masked_formula(per_query):
     v[:, :, 1] = 1e30
     torch.testing.assert_close(step_attention(q, k, v, bias), expected)
     torch.testing.assert_close(step_attention(q, k, v), reference_attention(q, k, v))
+
+
+@pytest.mark.parametrize("case", ["self", "self causal", "cross"])
+def test_the_explicit_weights_path_equals_sdpa_and_the_formula(case):
+    """A list passed as `weights` switches to the explicit path: the module's output stays SDPA's, and the list
+    receives softmax(Q K^T / sqrt(d_k)) per head, computed here from the module's own projections with the mask
+    (padding: keys 5-6 of sentence 1; causal: key j > query i) set to -inf before the softmax."""
+    torch.manual_seed(0)
+    D, H, B, Tq, S = 12, 3, 2, 7, 9
+    self_attention, causal = case.startswith("self"), case.endswith("causal")
+    mha = MultiHeadAttention(d_model=D, n_heads=H, attention_dropout=0.0, self_attention=self_attention).double()
+    x, memory = torch.randn(B, Tq, D, dtype=torch.float64), torch.randn(B, S, D, dtype=torch.float64)
+    keys = x if self_attention else memory
+    tokens = torch.ones(B, keys.size(1), dtype=torch.long)
+    tokens[1, 5:] = 0
+    mask = None if causal else make_pad_mask(tokens, 0)  # (B, 1, 1, S)
+    memory_arg = None if self_attention else memory
+    weights: list[torch.Tensor] = []
+    explicit = mha(x, memory_arg, mask=mask, is_causal=causal, weights=weights)
+    torch.testing.assert_close(explicit, mha(x, memory_arg, mask=mask, is_causal=causal), atol=1e-12, rtol=1e-12)
+
+    wq, wk = (mha.qkv_proj.weight[:D], mha.qkv_proj.weight[D : 2 * D]) if self_attention else (
+        mha.q_proj.weight, mha.kv_proj.weight[:D])  # fmt: skip
+    bq, bk = (mha.qkv_proj.bias[:D], mha.qkv_proj.bias[D : 2 * D]) if self_attention else (
+        mha.q_proj.bias, mha.kv_proj.bias[:D])  # fmt: skip
+    allowed = torch.ones(B, Tq, keys.size(1), dtype=torch.bool)
+    allowed = allowed.tril() if causal else allowed & (tokens[:, None, :] != 0)
+    expected = []
+    for h in range(H):
+        rows = slice(h * D // H, (h + 1) * D // H)
+        q, k = x @ wq[rows].T + bq[rows], keys @ wk[rows].T + bk[rows]  # (B, T, Dh), (B, S, Dh)
+        scores = (q @ k.transpose(1, 2) / math.sqrt(D // H)).masked_fill(~allowed, float("-inf"))
+        expected.append(scores.softmax(dim=-1))  # (B, T, S)
+    assert len(weights) == 1 and weights[0].shape == (B, H, Tq, keys.size(1))
+    torch.testing.assert_close(weights[0], torch.stack(expected, dim=1), atol=1e-12, rtol=1e-12)
+    assert torch.all(weights[0][~allowed[:, None].expand(-1, H, -1, -1)] == 0)
+
+
+def test_the_explicit_path_returns_the_weights_before_dropout():
+    """Training with attention dropout: the output is dropped out, the weights handed back are the probabilities
+    (rows summing to 1, equal to the evaluation-mode weights)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=8, n_heads=2, attention_dropout=0.5, self_attention=True).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    train, evaluation = [], []
+    out_train = mha.train()(x, weights=train)
+    out_eval = mha.eval()(x, weights=evaluation)
+    assert not torch.allclose(out_train, out_eval)
+    torch.testing.assert_close(train[0], evaluation[0])
+    torch.testing.assert_close(train[0].sum(-1), torch.ones(2, 2, 5, dtype=torch.float64))

@@ -236,3 +236,26 @@ def test_cache_slots_grow_with_the_beams_and_unowned_slots_are_zero():
     assert layer.buffer.size(3) == 2  # no position was added: capacity 2
     layer.append(torch.stack([k, k]))
     assert layer.buffer.size(3) == 4 and torch.equal(layer.keys[:, :, :1], k)  # doubled, the prefix kept
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_return_attention_keeps_the_logits_and_gives_every_layers_weights(norm_first):
+    """return_attention=True: the same logits (the explicit path computes what SDPA does), and per layer one
+    (B, H, queries, keys) tensor of probabilities: no weight on source padding, none on later target positions."""
+    model = tiny_model(norm_first=norm_first)  # 2 encoder layers, 3 decoder layers, 2 heads
+    src, tgt = random_tokens(2, 7), random_tokens(2, 5, seed=1)
+    src[1, 4:] = PAD
+    with torch.no_grad():
+        logits, attention = model(src, tgt, return_attention=True)
+        torch.testing.assert_close(logits, model(src, tgt), atol=1e-5, rtol=1e-5)
+    shapes = {"encoder": (2, (2, 2, 7, 7)), "decoder": (3, (2, 2, 5, 5)), "cross": (3, (2, 2, 5, 7))}
+    for kind, (layers, shape) in shapes.items():
+        weights = getattr(attention, kind)
+        assert len(weights) == layers and all(w.shape == shape for w in weights), kind
+        for w in weights:
+            torch.testing.assert_close(w.sum(-1), torch.ones(shape[:3]))
+    for w in attention.encoder + attention.cross:
+        assert torch.all(w[1, :, :, 4:] == 0)  # sentence 1's padded source positions
+    for w in attention.decoder:
+        assert torch.all(w.triu(diagonal=1) == 0)  # causal
+    assert not any(isinstance(v, torch.Tensor) and v.dim() == 4 for m in model.modules() for v in vars(m).values())

@@ -4,6 +4,7 @@
     t = Translator.from_checkpoint("runs/demo/checkpoint_last.pt", device="cpu", beam_size=4)
     t.translate(["Hola."])            # -> ["Hello."]
     t.translate(["Hola."], nbest=4)   # -> [[Translation(text, score, log_prob, tokens), ...]], best first
+    t.translate(["Hola."], alignment=True)  # -> [Translation(text="Hello.", alignment=[(0, 0)], ...)]
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -70,11 +71,19 @@ class Translator:
             )
         return self._engines[nbest]
 
-    def translate(self, texts: str | Sequence[str], *, nbest: int | None = None) -> list[str] | list[list[Translation]]:
-        """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens)."""
+    def translate(
+        self, texts: str | Sequence[str], *, nbest: int | None = None, alignment: bool = False,
+        alignment_layer: int | None = None,
+    ) -> list[str] | list[Translation] | list[list[Translation]]:  # fmt: skip
+        """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens).
+
+        alignment=True: `Translation`s (one each, or N each with `nbest`) whose `.alignment` lists the (source word,
+        target word) links, from decoder layer `alignment_layer` (None: the last; decoding/alignment.py).
+        """
         if isinstance(texts, str):
             texts = [texts]
-        results = list(self._engine(nbest or 1).translate(list(texts)))
+        engine = self._engine(nbest or 1)
+        results = list(engine.translate(list(texts), alignment=alignment, alignment_layer=alignment_layer))
         if nbest is None:
-            return [hyps[0].text for hyps in results]
+            return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results

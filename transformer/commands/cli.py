@@ -102,7 +102,8 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "it prompts for one sentence at a time.",
         '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
         "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
-        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2",
+        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2\n"
+        '  transformer-translate --checkpoint CKPT --alignment "Y dijo Dios: Sea la luz."',
     ),
     "evaluate": (
         "translate a test set and score it with sacreBLEU",
@@ -255,6 +256,12 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
     _decoding_args(parser)
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
+    parser.add_argument("--alignment", action="store_true", help="append each line's word alignment (Pharaoh 'i-j': "
+                        "source word i, target word j) after a tab (with --nbest: after ' ||| ')")  # fmt: skip
+    parser.add_argument("--alignment-layer", type=int, metavar="N", help="with --alignment: the decoder layer whose "
+                        "attention over the source (mean over heads) aligns (0-based; default: the last)")  # fmt: skip
+    parser.add_argument("--attention-maps", metavar="DIR", help="also draw each line's attention maps, every layer "
+                        "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)")  # fmt: skip
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument("--chunk-lines", type=_count(1), default=CHUNK_LINES,

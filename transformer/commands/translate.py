@@ -3,18 +3,25 @@
 Input lines from TEXT arguments, `--input FILE` (`-` = stdin) or stdin, streamed (a terminal gets each line's
 translation as it is entered, a pipe in chunks of `--chunk-lines`); exactly one output line per input line, or
 with `--nbest N` up to N lines `index ||| text ||| score` per input line (index counts input lines from 0; an empty
-input line gives one line with empty text and score 0).
+input line gives one line with empty text and score 0). `--alignment` appends the word alignment in Pharaoh format
+(`0-0 1-2 ...`, decoding/alignment.py) after a tab (`text<TAB>alignment`; a translation holds no tab, SentencePiece
+turns tabs into spaces), or after ` ||| ` on --nbest lines; an empty input line gives an empty alignment.
+`--attention-maps DIR` also draws the attention maps of the best translation of each of the first `MAX_MAP_LINES`
+lines (decoding/attention_maps.py) into DIR/line{index}_{encoder,decoder,cross}_layer{N}.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from transformer.commands.common import load_translator, progress_bar, stdin_lines
+from transformer.decoding.alignment import pharaoh
+from transformer.decoding.attention_maps import require_matplotlib, write_maps
 from transformer.errors import UserError
 from transformer.fileio import atomic_output, check_not_an_input, utf8_lines
 
@@ -55,24 +62,59 @@ def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, b
     return stdin_lines(), None, False
 
 
+MAX_MAP_LINES = 20  # --attention-maps draws this many lines' maps at most (a dozen PNG files each)
+
+
+def _recorded(lines: Iterator[str], record: list[str]) -> Iterator[str]:
+    """`lines`, the first `MAX_MAP_LINES` of them also appended to `record` as they are read."""
+    for line in lines:
+        if len(record) < MAX_MAP_LINES:
+            record.append(line)
+        yield line
+
+
+def _draw_maps(translator, folder: str, index: int, read: list[str], translation) -> None:
+    if index < MAX_MAP_LINES:
+        write_maps(translator.model, translator.tokenizer, read[index], translation.tokens, folder, f"line{index}")
+    elif index == MAX_MAP_LINES:
+        logging.getLogger(__name__).warning("--attention-maps: drawn for the first %d lines only", MAX_MAP_LINES)
+
+
+def _links(translation, separator: str) -> str:
+    """The separator and the Pharaoh alignment, when one was asked for; else nothing."""
+    return "" if translation.alignment is None else separator + pharaoh(translation.alignment)
+
+
 def run_translate(args: argparse.Namespace) -> int:
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
     inputs = [("--input", args.input), ("--checkpoint", args.checkpoint), ("--config", args.config)]
     check_not_an_input(args.output, inputs)
+    if args.alignment_layer is not None and not args.alignment:
+        raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
+    if args.attention_maps:
+        require_matplotlib()
     translator, config, _ = load_translator(args)
     lines, total, interactive = _input_lines(args)
+    read: list[str] = []  # the lines whose attention maps are drawn
+    lines = _recorded(lines, read) if args.attention_maps else lines
     chunk = 1 if interactive else args.chunk_lines
     done = 0
     to_file = args.output is not None and args.output != "-"
     try:  # the output file appears (atomically) only once every line is translated
         output = atomic_output(args.output) if to_file else contextlib.nullcontext(sys.stdout)
         with output as out, progress_bar(total, args.quiet or interactive) as bar:
-            for index, results in enumerate(translator.translate(lines, chunk_lines=chunk, progress=bar.update)):
+            translations = translator.translate(
+                lines, chunk_lines=chunk, progress=bar.update, alignment=args.alignment,
+                alignment_layer=args.alignment_layer,
+            )  # fmt: skip
+            for index, results in enumerate(translations):
                 if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it
-                    out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}\n" for r in results)
+                    out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}{_links(r, ' ||| ')}\n" for r in results)
                 else:
-                    out.write(results[0].text + "\n")
+                    out.write(results[0].text + _links(results[0], "\t") + "\n")
+                if args.attention_maps:
+                    _draw_maps(translator, args.attention_maps, index, read, results[0])
                 out.flush()
                 done += 1
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through `fileio.signals_raise`

@@ -13,6 +13,8 @@ Decisions:
   precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
   it. The decoder's log-probabilities are float32 either way.
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
+- Word alignments (`translate(..., alignment=True)`): one teacher-forced pass per batch after the search
+  (alignment.py), so the search runs as without them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
 from transformer.data.tokenizer import BOS_ID, EOS_ID
+from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.search import generate
 from transformer.devices import avoid_cudnn_attention
@@ -45,6 +48,7 @@ class Translation:
     score: float  # the search's score (log P / length penalty for beam search)
     log_prob: float  # sum of token log-probabilities (EOS included when the hypothesis finished)
     tokens: list[int]  # output ids without BOS and EOS
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word) links when asked for (alignment.py)
 
 
 class Translator:
@@ -67,25 +71,33 @@ class Translator:
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
     def translate(
-        self, lines: Iterable[str], *, chunk_lines: int = CHUNK_LINES, progress: Callable[[int], Any] | None = None
-    ) -> Iterator[list[Translation]]:
+        self, lines: Iterable[str], *, chunk_lines: int = CHUNK_LINES, progress: Callable[[int], Any] | None = None,
+        alignment: bool = False, alignment_layer: int | None = None,
+    ) -> Iterator[list[Translation]]:  # fmt: skip
         """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
 
         progress: called with the number of sentences each decoded batch finished, as they finish (a progress bar's
-        `update`), not once per chunk.
+        `update`), not once per chunk. alignment: fill each `Translation.alignment` (empty for an empty line) from
+        the cross-attention of decoder layer `alignment_layer` (None: the last, alignment.py).
         """
+        layer = resolve_layer(alignment_layer, len(self.model.decoder.layers)) if alignment else None
         lines = iter(lines)
         first = 1
         while chunk := list(itertools.islice(lines, chunk_lines)):
-            yield from self._translate_chunk(chunk, first, progress or (lambda n: None))
+            yield from self._translate_chunk(chunk, first, progress or (lambda n: None), layer)
             first += len(chunk)
 
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
         """The best translation's text for each line."""
         return [results[0].text for results in self.translate(lines)]
 
-    def _translate_chunk(self, chunk: list[str], first_line: int, progress: Callable) -> list[list[Translation]]:
-        results = [[Translation(text="", score=0.0, log_prob=0.0, tokens=[])] for _ in chunk]
+    def _translate_chunk(
+        self, chunk: list[str], first_line: int, progress: Callable, layer: int | None
+    ) -> list[list[Translation]]:
+        results = [
+            [Translation(text="", score=0.0, log_prob=0.0, tokens=[], alignment=None if layer is None else [])]
+            for _ in chunk
+        ]  # an empty line's result; an empty alignment when asked for
         todo = [i for i, line in enumerate(chunk) if line.strip()]
         if len(todo) < len(chunk):
             progress(len(chunk) - len(todo))  # empty lines are done at once
@@ -97,7 +109,7 @@ class Translator:
         order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
-            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch])):
+            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch], layer)):
                 results[todo[j]] = translations
             progress(len(batch))
         return results
@@ -109,8 +121,9 @@ class Translator:
         log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
         return ids[: limit - 1] + [EOS_ID]
 
-    def _translate_batch(self, sources: list[list[int]]) -> list[list[Translation]]:
-        """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s."""
+    def _translate_batch(self, sources: list[list[int]], layer: int | None = None) -> list[list[Translation]]:
+        """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s, with their word
+        alignments from decoder layer `layer` unless it is None."""
         B, S = len(sources), max(len(ids) for ids in sources)
         src = torch.full((B, S), self.model.pad_id, dtype=torch.long)  # (B, S)
         for b, ids in enumerate(sources):
@@ -121,5 +134,10 @@ class Translator:
             hypotheses = generate(
                 self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
             )
-        texts = iter(self.tokenizer.decode_tgt([h.tokens for hyps in hypotheses for h in hyps]))
-        return [[Translation(next(texts), h.score, h.log_prob, h.tokens) for h in hyps] for hyps in hypotheses]
+            flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
+            links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
+        texts = iter(self.tokenizer.decode_tgt([tokens for _, tokens in flat]))
+        return [
+            [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
+            for hyps in hypotheses
+        ]

@@ -5,11 +5,17 @@ Legend: B batch, S source length, T target length, D d_model, H heads, Dh head d
 Masks are boolean and True means "may attend", as `F.scaled_dot_product_attention` reads them; only
 `make_pad_mask` and `make_causal_mask` build them. Decoding adds them to the scores instead, as biases
 (`attention_bias`: 0 where a query may attend, -inf where not).
+
+Attention runs through `F.scaled_dot_product_attention`, which does not return the weights. A caller that needs
+them (word alignments, attention maps) passes a list as `weights`: that call then computes softmax(QK^T/sqrt(d_k))
+explicitly (`attention_probabilities`), appends it to the list and multiplies it by V. The list belongs to the
+caller; nothing is kept on the module.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +38,31 @@ def reference_attention(q, k, v, mask=None):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1) @ v
+
+
+def attention_probabilities(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False
+) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_k)) written out: q (B, H, T, Dh), k (B, H, S, Dh) -> (B, H, T, S).
+
+    `mask` is bool and broadcasts to (B, H, T, S); `is_causal` applies the look-ahead mask instead (T = S). Each
+    row sums to 1 over the keys it may attend and is 0 elsewhere.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    if is_causal:
+        mask = make_causal_mask(q.size(-2), device=q.device)  # (T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+class AttentionWeights(NamedTuple):
+    """The attention probabilities of one full pass (`Transformer.forward(..., return_attention=True)`), one
+    tensor per layer, first layer first, each row summing to 1 over its keys."""
+
+    encoder: list[torch.Tensor]  # encoder self-attention: (B, H, S, S) per encoder layer
+    decoder: list[torch.Tensor]  # decoder (masked) self-attention: (B, H, T, T) per decoder layer
+    cross: list[torch.Tensor]  # decoder attention over the encoder memory: (B, H, T, S) per decoder layer
 
 
 class MultiHeadAttention(nn.Module):
@@ -80,13 +111,21 @@ class MultiHeadAttention(nn.Module):
         v: torch.Tensor,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Scaled dot-product attention over heads, then W^O: (B, H, T, Dh) x (B, H, S, Dh) -> (B, T, D).
 
         `mask` is bool and broadcasts to (B, H, T, S); `is_causal` applies the look-ahead mask instead.
+        `weights`: a list, to compute the attention probabilities explicitly and append them, (B, H, T, S), to it
+        (the same output as SDPA's, up to rounding); None (the default): SDPA, which does not return them.
         """
         dropout_p = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+        if weights is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+        else:
+            probabilities = attention_probabilities(q, k, mask, is_causal)  # (B, H, T, S)
+            weights.append(probabilities)
+            out = F.dropout(probabilities, p=dropout_p) @ v  # (B, H, T, Dh)
         return self.merge_heads(out)
 
     def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
@@ -100,13 +139,16 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Full-sequence attention. Self: x (B, T, D). Cross: x (B, T, D) attends to memory (B, S, D)."""
+        """Full-sequence attention. Self: x (B, T, D). Cross: x (B, T, D) attends to memory (B, S, D).
+
+        `weights`: see `attend` (a list receives the (B, H, T, S) attention probabilities)."""
         if self.self_attention:
             q, k, v = self.project_qkv(x).unbind(0)
         else:
             q, (k, v) = self.project_q(x), self.project_kv(memory)
-        return self.attend(q, k, v, mask, is_causal)
+        return self.attend(q, k, v, mask, is_causal, weights)
 
 
 def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.model.attention import MultiHeadAttention, step_attention
+from transformer.model.attention import AttentionWeights, MultiHeadAttention, step_attention
 from transformer.model.cache import LayerCache
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -75,9 +75,12 @@ class _SublayerConnection(nn.Module):
 class EncoderLayer(_SublayerConnection):
     """Self-attention, then the feed-forward network, each in a residual block."""
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
-        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, mask=src_mask))
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor, attention: AttentionWeights | None = None
+    ) -> torch.Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D); appends its self-attention weights to `attention`."""
+        weights = None if attention is None else attention.encoder
+        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, mask=src_mask, weights=weights))
         return self.residual(x, self.ff_norm, self.ff)
 
 
@@ -86,14 +89,18 @@ class DecoderLayer(_SublayerConnection):
 
     cross_attention = True
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, attention: AttentionWeights | None = None
+    ) -> torch.Tensor:
         """Teacher forcing: x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (B, T, D).
 
         Target padding needs no mask: it sits after the real tokens, which the causal mask already hides it
-        from, and the loss ignores the padded positions themselves.
+        from, and the loss ignores the padded positions themselves. `attention`: appends its self- and
+        cross-attention weights there.
         """
-        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, is_causal=True))
-        x = self.residual(x, self.cross_attn_norm, lambda h: self.cross_attn(h, memory, mask=src_mask))
+        own, cross = (None, None) if attention is None else (attention.decoder, attention.cross)
+        x = self.residual(x, self.self_attn_norm, lambda h: self.self_attn(h, is_causal=True, weights=own))
+        x = self.residual(x, self.cross_attn_norm, lambda h: self.cross_attn(h, memory, mask=src_mask, weights=cross))
         return self.residual(x, self.ff_norm, self.ff)
 
     def init_cache(self, memory: torch.Tensor, *, beams: int, capacity: int) -> LayerCache:

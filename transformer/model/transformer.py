@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig
-from transformer.model.attention import make_pad_mask
+from transformer.model.attention import AttentionWeights, make_pad_mask
 from transformer.model.cache import DecoderCache
 from transformer.model.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from transformer.model.layers import DecoderLayer, EncoderLayer
@@ -63,11 +63,13 @@ class Encoder(_Stack):
 
     layer_class = EncoderLayer
 
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
+    def forward(
+        self, src: torch.Tensor, src_mask: torch.Tensor, attention: AttentionWeights | None = None
+    ) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D); `attention` receives each layer's weights."""
         x = self.embed(src)  # (B, S, D)
         for layer in self.layers:
-            x = layer(x, src_mask)
+            x = layer(x, src_mask, attention)
         return self.final_norm(x)
 
 
@@ -76,11 +78,17 @@ class Decoder(_Stack):
 
     layer_class = DecoderLayer
 
-    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """tgt_in (B, T) ids starting with BOS, memory (B, S, D) -> (B, T, D)."""
+    def forward(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        attention: AttentionWeights | None = None,
+    ) -> torch.Tensor:
+        """tgt_in (B, T) ids starting with BOS, memory (B, S, D) -> (B, T, D); `attention` receives the weights."""
         x = self.embed(tgt_in)  # (B, T, D)
         for layer in self.layers:
-            x = layer(x, memory, src_mask)
+            x = layer(x, memory, src_mask, attention)
         return self.final_norm(x)
 
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
@@ -160,20 +168,25 @@ class Transformer(nn.Module):
         return self.output_proj(self.decoder(tgt_in, memory, src_mask))
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, *, positions: torch.Tensor | None = None, project: bool = True
-    ) -> torch.Tensor:
+        self, src: torch.Tensor, tgt_in: torch.Tensor, *, positions: torch.Tensor | None = None, project: bool = True,
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, AttentionWeights]:  # fmt: skip
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); padding is read from `pad_id`.
 
         positions (N,) long, flat indices into the B*T target positions: only those, as rows (N, V) (training
         scores the real targets only, not the padding; an index, not a mask, so no device sync). project=False:
         the decoder states (B, T, D) or (N, D) instead of logits, for a loss that applies the output layer itself
-        (`transformer.training.loss`).
+        (`transformer.training.loss`). return_attention=True: (output, `AttentionWeights`), every layer's
+        attention probabilities computed explicitly instead of by SDPA (alignments, attention maps); the rows of
+        padded queries are not meaningful.
         """
+        attention = AttentionWeights([], [], []) if return_attention else None
         src_mask = make_pad_mask(src, self.pad_id)  # (B, 1, 1, S)
-        hidden = self.decoder(tgt_in, self.encode(src, src_mask), src_mask)  # (B, T, D)
+        hidden = self.decoder(tgt_in, self.encoder(src, src_mask, attention), src_mask, attention)  # (B, T, D)
         if positions is not None:
             hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
-        return self.output_proj(hidden) if project else hidden
+        output = self.output_proj(hidden) if project else hidden
+        return output if attention is None else (output, attention)
 
     # ------------------------------------------------------------------------------- decoding interface
 
