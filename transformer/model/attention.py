@@ -1,4 +1,4 @@
-"""Multi-head attention (paper section 3.2), the masks it reads, and the decoder's key/value cache.
+"""Multi-head attention (paper section 3.2), the masks it reads, and one decoding step's attention.
 
 Legend: B batch, S source length, T target length, D d_model, H heads, Dh head dim (D / H), N = B*K rows.
 
