@@ -9,7 +9,7 @@ and a checkpoint from a stranger cannot run code:
     tokenizer   {"src": SentencePiece model bytes, "tgt": bytes or None when the vocabulary is joint}
     vocab       {"src": size, "tgt": size}
     step, epoch, optimizer, scaler, sampler, rng, rng_ranks, progress   (training state, written by
-                run_setup.training_state; absent in averages. The learning rate is a function of `step`, so no
+                training.setup.training_state; absent in averages. The learning rate is a function of `step`, so no
                 scheduler state; `progress` holds best, bad_validations, elapsed and skipped)
 """
 

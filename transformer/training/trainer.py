@@ -1,4 +1,4 @@
-"""The training loop (the paper's section 5): updates of `optim.train_update` on what `run_setup.build_run`
+"""The training loop (the paper's section 5): updates of `optim.train_update` on what `setup.build_run`
 set up, with validation and early stopping (validation.py), rotating checkpoints (checkpoint.py), exact resume,
 signals and progress. One process per device; under `torchrun` the processes form a DDP group and rank 0 alone
 logs and writes.
@@ -100,8 +100,7 @@ def scheduled_lr(config: Config, stops: StopConditions, step: int, elapsed: floa
 
 
 class Trainer:
-    """Trains what `run_setup.build_run` set up; `run()` trains until a stop condition and returns the final
-    metrics."""
+    """Trains what `setup.build_run` set up: `run()` until a stop condition, returning the final metrics."""
 
     def __init__(self, config: Config, *, resume: bool | str = False, progress: bool = True) -> None:
         self.config, self.created = config, time.perf_counter()
