@@ -113,6 +113,12 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
         "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
     ),
+    "score": (
+        "score given translations: log-probability and perplexity under the model",
+        "Each target's log-probability under teacher forcing, as TSV lines 'log_prob per_token ppl tokens' or --json.",
+        "  transformer-score --checkpoint runs/demo/checkpoint_last.pt --src test.es --tgt test.en > scores.tsv\n"
+        "  transformer-score --checkpoint a.pt b.pt --split test --json scores.json",
+    ),
     "export": (
         "write a checkpoint as a Hugging Face or CTranslate2 model",
         "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
@@ -231,10 +237,21 @@ def average_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _decoding_args(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, config overrides, decoding flags and device: shared by translate and evaluate."""
-    parser.add_argument("--checkpoint", help="checkpoint file (config and SentencePiece model inside)")
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint(s), config overrides, batch size, device, precision, threads: translate, evaluate and score's."""
+    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="checkpoint file (config and SentencePiece "
+                        "model inside); several = an ensemble (one tokenizer), probabilities averaged")  # fmt: skip
     _config_args(parser, required=False)
+    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
+    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
+    parser.add_argument("--threads", type=_count(0), default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _decoding_args(parser: argparse.ArgumentParser) -> None:
+    _model_args(parser)  # then the search's flags: translate's and evaluate's
     parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
     parser.add_argument("--length-penalty", choices=choices(DecodeConfig, "length_penalty"),
@@ -242,12 +259,6 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
     parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
     parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
-    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
-    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
-    parser.add_argument("--threads", type=_count(0), default=0, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _translate_args(parser: argparse.ArgumentParser) -> None:
@@ -322,6 +333,14 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     return run_evaluate(args)
 
 
+@user_errors_exit_2
+def score_main(argv: list[str] | None = None) -> int:
+    """transformer-score --checkpoint CKPT [CKPT ...] (--src F --tgt F | --split test) [--output F] [--json]"""
+    from transformer.commands.score import run_score, score_args
+
+    return run_score(_parser("score", _model_args, score_args).parse_args(argv))
+
+
 def _export_args(parser: argparse.ArgumentParser) -> None:
     """The checkpoint, the format and where to write it."""
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (config and SentencePiece model inside)")
@@ -346,6 +365,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "train": train_main,
     "translate": translate_main,
     "evaluate": evaluate_main,
+    "score": score_main,
     "average": average_main,
     "export": export_main,
 }

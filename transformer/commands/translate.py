@@ -55,10 +55,21 @@ def _input_lines(args: argparse.Namespace) -> tuple[Iterator[str], int | None, b
     return stdin_lines(), None, False
 
 
+def split_checkpoints(args: argparse.Namespace) -> None:
+    """`--checkpoint a.pt b.pt "Hola."`: argparse gives --checkpoint every value; from the first value after the
+    first that neither ends in .pt nor names a file, the values are TEXT."""
+    paths = args.checkpoint
+    cut = next((i for i, v in enumerate(paths) if i and not (v.endswith(".pt") or Path(v).is_file())), len(paths))
+    if cut < len(paths) and args.text:
+        raise UserError("give the TEXT arguments in one place: all after the checkpoints, or all before --checkpoint")
+    args.checkpoint, args.text = paths[:cut], args.text or paths[cut:]
+
+
 def run_translate(args: argparse.Namespace) -> int:
+    split_checkpoints(args)
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
-    inputs = [("--input", args.input), ("--checkpoint", args.checkpoint), ("--config", args.config)]
+    inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config)]
     check_not_an_input(args.output, inputs)
     translator, config, _ = load_translator(args)
     lines, total, interactive = _input_lines(args)

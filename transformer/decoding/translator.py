@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
 from transformer.data.tokenizer import BOS_ID, EOS_ID
 from transformer.decoding.cpu_linear import pack_linears
+from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.search import generate
 from transformer.devices import avoid_cudnn_attention
 from transformer.model.attention import make_pad_mask
@@ -48,7 +49,8 @@ class Translation:
 
 
 class Translator:
-    """A model, its tokenizer and decoding settings: `translate(lines)` streams one result list per line."""
+    """A model (or an `ensemble.Ensemble`), its tokenizer and decoding settings: `translate(lines)` streams one
+    result list per line; `score(sources, targets)` scores given translations."""
 
     def __init__(
         self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str | None = None,
@@ -83,6 +85,13 @@ class Translator:
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
         """The best translation's text for each line."""
         return [results[0].text for results in self.translate(lines)]
+
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], *, progress: Callable[[int], Any] | None = None
+    ) -> list[Score]:
+        """Each target's log-probability given its source under teacher forcing (scoring.py), in input order."""
+        return score_texts(self.model, self.tokenizer, sources, targets, max_tokens=self.settings.max_tokens,
+                           device=self.device, precision=self.precision, progress=progress)  # fmt: skip
 
     def _translate_chunk(self, chunk: list[str], first_line: int, progress: Callable) -> list[list[Translation]]:
         results = [[Translation(text="", score=0.0, log_prob=0.0, tokens=[])] for _ in chunk]
