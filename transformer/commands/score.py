@@ -5,9 +5,9 @@ Pairs from `--src F --tgt F` (line-aligned; one of them may be `-`, standard inp
 default test). One TSV line per pair, in input order, `log_prob per_token ppl tokens` (tab-separated: the sum of
 the target's token log-probabilities, EOS included; that over its token count; exp(-per_token); the count), to
 standard output or `--output F`; an empty source gives `0.0000 nan nan 0` (not scored, left out of the totals).
-`--json` writes one JSON document instead: what was scored, a record per pair (NaN as null) and the totals. The
-summary (pairs, tokens, the token-weighted mean NLL and its perplexity) goes to standard error while the scores go
-to standard output, else to standard output.
+`--json` writes one JSON document instead: what was scored, a record per pair (NaN and infinities as null) and
+the totals. The summary (pairs, tokens, the token-weighted mean NLL and its perplexity) goes to standard error
+when the scores go to standard output, else to standard output.
 """
 
 from __future__ import annotations
@@ -61,23 +61,20 @@ def _pairs(args: argparse.Namespace, config) -> tuple[list[str], list[str], str,
     if split is None:
         raise UserError(f"the config has no data.{args.split} split: pass --src F --tgt F")
     sources, targets = load_pairs(split, config.data)
-    return (
-        sources,
-        targets,
-        f"config data.{args.split}: {describe_split(split)}",
-        [(f"data.{args.split}", p) for p in input_files(split)],
-    )
+    files = [(f"data.{args.split}", path) for path in input_files(split)]
+    return sources, targets, f"config data.{args.split}: {describe_split(split)}", files
 
 
 def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else x
+    """JSON has no NaN or infinity: null (a pair not scored, or a perplexity beyond a float)."""
+    return x if math.isfinite(x) else None
 
 
 def format_scores(scores, total: dict[str, Any], as_json: bool, about: dict[str, Any]) -> str:
     """The scores as TSV lines (one per pair) or as one JSON document (`about`, a record per pair, the totals)."""
     if not as_json:
         return "".join(f"{s.log_prob:.4f}\t{s.per_token:.4f}\t{s.ppl:.4f}\t{s.tokens}\n" for s in scores)
-    pairs = [{"line": i, "log_prob": s.log_prob, "per_token": _finite(s.per_token), "ppl": _finite(s.ppl),
+    pairs = [{"line": i, "log_prob": _finite(s.log_prob), "per_token": _finite(s.per_token), "ppl": _finite(s.ppl),
               "tokens": s.tokens} for i, s in enumerate(scores, start=1)]  # fmt: skip
     total = {k: _finite(v) if isinstance(v, float) else v for k, v in total.items()}
     return json.dumps(about | {"pairs": pairs, "total": total}, indent=1, ensure_ascii=False) + "\n"
