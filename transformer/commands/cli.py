@@ -116,8 +116,7 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
     "score": (
         "score given translations: log-probability and perplexity under the model",
         "Each target's log-probability under teacher forcing, as TSV lines 'log_prob per_token ppl tokens' or --json.",
-        "  transformer-score --checkpoint runs/demo/checkpoint_last.pt --src test.es --tgt test.en > scores.tsv\n"
-        "  transformer-score --checkpoint a.pt b.pt --split test --json scores.json",
+        "  transformer-score --checkpoint runs/demo/checkpoint_last.pt --src test.es --tgt test.en > scores.tsv",
     ),
     "export": (
         "write a checkpoint as a Hugging Face or CTranslate2 model",
@@ -239,8 +238,7 @@ def average_main(argv: list[str] | None = None) -> int:
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     """Checkpoint(s), config overrides, batch size, device, precision, threads: translate, evaluate and score's."""
-    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="checkpoint file (config and SentencePiece "
-                        "model inside); several = an ensemble (one tokenizer), probabilities averaged")  # fmt: skip
+    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="checkpoint file(s); several: an ensemble")
     _config_args(parser, required=False)
     parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
