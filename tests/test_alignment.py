@@ -118,6 +118,15 @@ def test_translate_alignment_errors_exit_2(tiny, capsys, flags, message):
     assert code == 2 and out == [] and message in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("flag", [["--alignment"], ["--attention-maps", "maps"]])
+def test_an_ensemble_has_no_one_attention_to_show(tiny, capsys, flag, tmp_path):
+    ckpt = str(tiny["checkpoint"])
+    code, out, err = translate(capsys, "--checkpoint", ckpt, ckpt, "--device", "cpu", *flag, "the cat")
+    assert code == 2 and out == [] and "read one model's attention: give one --checkpoint" in err
+    with pytest.raises(UserError, match="an ensemble has one per model"):
+        Translator.from_checkpoint([ckpt, ckpt]).translate(["the cat"], alignment=True)
+
+
 class _WordPieces:
     """A tokenizer's piece lookup where every id is one whole word, so pieces are words."""
 

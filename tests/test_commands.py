@@ -148,7 +148,7 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
     assert out.splitlines() == read_lines(tmp_path / "h")
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "average", "export"])
+@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "score", "average", "export"])
 def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
     from transformer.commands.cli import main
 
@@ -157,7 +157,7 @@ def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys)
     out = capsys.readouterr().out
     assert info.value.code == 0 and "examples:\n  transformer-" in out and "transformer/config.py" in out
     out = " ".join(out.split())
-    if command in ("translate", "evaluate"):
+    if command in ("translate", "evaluate", "score"):
         assert "(default: auto)" in out  # --device
     if command == "average":
         assert "(default: 5)" in out  # --last

@@ -103,3 +103,19 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
         optimizer.step()
     save_checkpoint(model_state(model.eval(), config, tokenizer), folder / "checkpoint.pt")
     return folder / "checkpoint.pt"
+
+
+def build_sibling(checkpoint: Path, folder: Path, *, seed: int) -> Path:
+    """Another model for ensembles: `checkpoint`'s config and tokenizer, weights initialised from `seed` (with its
+    EOS embedding enlarged as in `build`). Written to folder/checkpoint.pt."""
+    state = torch.load(checkpoint, weights_only=True)
+    config = from_dict(state["config"])
+    tokenizer = Tokenizer.from_bytes(state["tokenizer"])
+    torch.manual_seed(seed)
+    model = Transformer.from_config(
+        config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
+    )
+    with torch.no_grad():
+        model.decoder.embedding.weight[3] *= 3
+    save_checkpoint(model_state(model, config, tokenizer), folder / "checkpoint.pt")
+    return folder / "checkpoint.pt"

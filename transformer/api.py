@@ -5,6 +5,8 @@
     t.translate(["Hola."])            # -> ["Hello."]
     t.translate(["Hola."], nbest=4)   # -> [[Translation(text, score, log_prob, tokens), ...]], best first
     t.translate(["Hola."], alignment=True)  # -> [Translation(text="Hello.", alignment=[(0, 0)], ...)]
+    t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
+    Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -12,6 +14,7 @@ checkpoint's `decode` section; keyword arguments replace fields of `DecodeConfig
 length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as the config is.
 `precision` (default: the checkpoint's `decode.precision`) follows the one rule of precision.py.
 `int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization (cpu_linear.py).
+Several checkpoints (ensemble.py) must share one tokenizer; the first one's settings apply.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 
 from transformer.decoding.cpu_linear import quantize_int8
+from transformer.decoding.scoring import Score
 from transformer.decoding.translator import Translation
 from transformer.decoding.translator import Translator as _Engine
 from transformer.errors import UserError
@@ -38,15 +42,16 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, *, device: str | torch.device = "cpu", precision: str | None = None, int8: bool = False,
-        **decode: object,
+        cls, path: str | Path | Sequence[str | Path], *, device: str | torch.device = "cpu",
+        precision: str | None = None, int8: bool = False, **decode: object,
     ) -> Translator:  # fmt: skip
-        """Load `path` (weights_only); `decode` keywords override the checkpoint's decoding settings."""
-        from transformer.checkpoint import build_model, load_checkpoint
+        """Load `path` (weights_only), or several paths as an ensemble; `decode` keywords override the (first)
+        checkpoint's decoding settings."""
+        from transformer.decoding.ensemble import load_models
         from transformer.devices import pick_device
 
         device = pick_device(str(device))
-        model, tokenizer, config = build_model(load_checkpoint(path), "cpu")
+        model, tokenizer, config = load_models([path] if isinstance(path, (str, Path)) else path, "cpu")
         unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(config.decode)})
         if unknown:
             raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; see DecodeConfig in config.py")
@@ -87,3 +92,9 @@ class Translator:
         if nbest is None:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results
+
+    def score(self, sources: str | Sequence[str], targets: str | Sequence[str]) -> list[Score]:
+        """log P(target | source) of each line-aligned pair under teacher forcing: `Score(log_prob, tokens)`, with
+        `per_token` and `ppl` (scoring.py; an empty source is not scored: tokens 0)."""
+        sources, targets = ([x] if isinstance(x, str) else list(x) for x in (sources, targets))
+        return self._engine(1).score(sources, targets)

@@ -1,4 +1,4 @@
-"""The command-line tools (transformer-prepare, -train, -translate, -evaluate, -average, -export, and
+"""The command-line tools (transformer-prepare, -train, -translate, -evaluate, -score, -average, -export, and
 `python -m transformer COMMAND`): argument parsing in cli.py, each command's work in a module of its own.
 
 The top of the import order: may import everything in the library; nothing in the library imports it.

@@ -9,9 +9,9 @@ import argparse
 import functools
 import logging
 import sys
-import textwrap
 from collections.abc import Callable
 
+from transformer.commands.parsers import HELP, build_parser, count
 from transformer.config import CHUNK_LINES, PRECISIONS, DecodeConfig, choices
 from transformer.errors import UserError
 from transformer.fileio import is_fs_error, os_error, signals_raise
@@ -41,106 +41,6 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
     return wrapper
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= `minimum` (argparse then reports a bad value with exit code 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-CONFIG_KEYS_HELP = (
-    "Config keys: every key of the model, data, train and decode sections is a field of the dataclasses in "
-    "transformer/config.py, each commented with its meaning, unit and default (docs/training.md: Configs, Data). "
-    "Relative data paths in a config resolve against its folder; --set paths and outputs (cache_dir, out_dir) "
-    "against the current directory."
-)
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each flag's default (when it has a meaningful one) and keeps the examples' line breaks."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        meaningless = any(default is v for v in (None, False, argparse.SUPPRESS)) or default == []
-        if "%(default)" not in text and not meaningless:
-            text += " (default: %(default)s)"
-        return text
-
-
-HELP = {  # command -> (summary, description, examples): `python -m transformer --help` lists the summaries;
-    # `transformer-COMMAND --help` shows the description above the flags and the examples below them
-    "prepare": (
-        "train the vocabulary and encode the data splits into the cache",
-        "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
-        "(data.cache_dir); training then reuses it.",
-        "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
-    ),
-    "train": (
-        "train a model from a config",
-        "Train a Transformer translation model.",
-        "  transformer-train --config demo --set train.max_time=30m\n"
-        "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
-    ),
-    "average": (
-        "average the weights of checkpoints",
-        "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
-        "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
-        "  transformer-average --inputs a.pt b.pt --output avg.pt",
-    ),
-    "translate": (
-        "translate sentences with a checkpoint",
-        "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
-        "it prompts for one sentence at a time.",
-        '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
-        "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
-        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2\n"
-        '  transformer-translate --checkpoint CKPT --alignment "Y dijo Dios: Sea la luz."',
-    ),
-    "evaluate": (
-        "translate a test set and score it with sacreBLEU",
-        "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
-        "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
-        "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
-        "  transformer-evaluate --checkpoint CKPT --src test.es --ref test.en --metrics bleu chrf ter --json -\n"
-        "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
-        "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
-    ),
-    "export": (
-        "write a checkpoint as a Hugging Face or CTranslate2 model",
-        "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
-        "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
-        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
-        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
-        "--quantization int8",
-    ),
-}
-
-
-def _parser(command: str, *arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
-    """transformer-COMMAND's parser: --version, then the flags each of `arguments` adds, in order; its --help shows
-    every default, the command's HELP text and where the config keys are documented."""
-    from transformer import __version__
-
-    _, description, examples = HELP[command]
-    parser = argparse.ArgumentParser(
-        prog=f"transformer-{command}", description=description, formatter_class=_HelpFormatter,
-        epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
-    )  # fmt: skip
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    for add in arguments:
-        add(parser)
-    return parser
-
-
 def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--config", required=required, help="YAML config file, or the name of a shipped config "
                         "(demo, tiny, base, big, bible_es_en, wmt14_en_de_base, wmt14_en_de_big)")  # fmt: skip
@@ -153,7 +53,7 @@ def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None
 @user_errors_exit_2
 def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
-    args = _parser("prepare", _config_args).parse_args(argv)
+    args = build_parser("prepare", _config_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.data.prepare import prepare_data
 
@@ -185,7 +85,7 @@ def _train_args(parser: argparse.ArgumentParser) -> None:
 @user_errors_exit_2
 def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
-    args = _parser("train", _config_args, _train_args).parse_args(argv)
+    args = build_parser("train", _config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.training.trainer import Trainer
 
@@ -204,14 +104,14 @@ def _average_args(parser: argparse.ArgumentParser) -> None:
     """The checkpoints to average (listed, or the last of a run directory) and the output."""
     parser.add_argument("--inputs", nargs="+", default=[], help="checkpoints to average")
     parser.add_argument("--dir", help="run directory: average its last --last numbered checkpoints")
-    parser.add_argument("--last", type=_count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
+    parser.add_argument("--last", type=count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
 
 
 @user_errors_exit_2
 def average_main(argv: list[str] | None = None) -> int:
     """transformer-average --inputs A.pt B.pt ... --output avg.pt  (or --last N --dir RUN)"""
-    args = _parser("average", _average_args).parse_args(argv)
+    args = build_parser("average", _average_args).parse_args(argv)
     from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
     from transformer.fileio import check_not_an_input
 
@@ -232,10 +132,20 @@ def average_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _decoding_args(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, config overrides, decoding flags and device: shared by translate and evaluate."""
-    parser.add_argument("--checkpoint", help="checkpoint file (config and SentencePiece model inside)")
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint(s), config overrides, batch size, device, precision, threads: translate, evaluate and score's."""
+    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="checkpoint file(s); several: an ensemble")
     _config_args(parser, required=False)
+    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
+    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
+    parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _decoding_args(parser: argparse.ArgumentParser) -> None:
+    _model_args(parser)  # then the search's flags: translate's and evaluate's
     parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
     parser.add_argument("--length-penalty", choices=choices(DecodeConfig, "length_penalty"),
@@ -243,12 +153,6 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
     parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
     parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
-    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
-    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
-    parser.add_argument("--threads", type=_count(0), default=0, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _translate_args(parser: argparse.ArgumentParser) -> None:
@@ -264,14 +168,14 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
                         "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)")  # fmt: skip
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument("--chunk-lines", type=_count(1), default=CHUNK_LINES,
+    parser.add_argument("--chunk-lines", type=count(1), default=CHUNK_LINES,
                         help="lines read (and sorted) at a time from a pipe")  # fmt: skip
 
 
 @user_errors_exit_2
 def translate_main(argv: list[str] | None = None) -> int:
     """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
-    parser = _parser("translate", _translate_args)
+    parser = build_parser("translate", _translate_args)
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")
@@ -323,10 +227,18 @@ def _evaluate_args(parser: argparse.ArgumentParser) -> None:
 @user_errors_exit_2
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
-    args = _parser("evaluate", _evaluate_args).parse_args(argv)
+    args = build_parser("evaluate", _evaluate_args).parse_args(argv)
     from transformer.commands.evaluate import run_evaluate
 
     return run_evaluate(args)
+
+
+@user_errors_exit_2
+def score_main(argv: list[str] | None = None) -> int:
+    """transformer-score --checkpoint CKPT [CKPT ...] (--src F --tgt F | --split test) [--output F] [--json]"""
+    from transformer.commands.score import run_score, score_args
+
+    return run_score(build_parser("score", _model_args, score_args).parse_args(argv))
 
 
 def _export_args(parser: argparse.ArgumentParser) -> None:
@@ -340,7 +252,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 @user_errors_exit_2
 def export_main(argv: list[str] | None = None) -> int:
     """transformer-export --checkpoint CKPT --format hf|ctranslate2 --output DIR"""
-    args = _parser("export", _export_args).parse_args(argv)
+    args = build_parser("export", _export_args).parse_args(argv)
     from transformer.decoding.export import export_checkpoint
 
     output = export_checkpoint(args.checkpoint, args.format, args.output, args.quantization)
@@ -353,6 +265,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "train": train_main,
     "translate": translate_main,
     "evaluate": evaluate_main,
+    "score": score_main,
     "average": average_main,
     "export": export_main,
 }

@@ -4,7 +4,8 @@
 Settings, lowest to highest precedence: the config stored in the checkpoint, then `--config F` (its sections
 replace the checkpoint's key by key; a split such as `data.test` is replaced whole), then `--set key=value`, then
 explicit flags (`--beam`, `--alpha`, ...). The `model` section always comes from the checkpoint: a config that
-changes it is refused. The tokenizer (SentencePiece models) is always the checkpoint's.
+changes it is refused. The tokenizer (SentencePiece models) is always the checkpoint's. Several checkpoints decode
+as an ensemble (decoding/ensemble.py), with the first one's config.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ def describe_decode(decode: DecodeConfig) -> str:
 
 
 def load_translator(args: argparse.Namespace):
-    """(translator, config, device) from --checkpoint and the settings."""
+    """(translator, config, device) from --checkpoint (one, or several: an ensemble) and the settings."""
     import torch
 
-    from transformer.checkpoint import build_model, load_checkpoint
+    from transformer.decoding.ensemble import load_models
     from transformer.decoding.translator import Translator
     from transformer.devices import pick_device
     from transformer.precision import resolve_precision
@@ -62,8 +63,7 @@ def load_translator(args: argparse.Namespace):
     device = pick_device(args.device)
     if args.precision:  # refused before the checkpoint is read
         resolve_precision(args.precision, device, setting="--precision")
-    state = load_checkpoint(args.checkpoint)
-    model, tokenizer, stored = build_model(state, device)
+    model, tokenizer, stored = load_models(args.checkpoint, device)
     config = resolve_config(stored, args)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,8 @@
 
 Translates a test set (the config's `data.test`, or `--split valid`, or `--src F --ref F`, or a sacreBLEU test set
 with `--test-set NAME --langpair xx-yy`), writes the hypotheses (default: next to the checkpoint,
-`<checkpoint without .pt>.<test set>.hyp`), and prints which checkpoint, test set and decoding settings produced
+`<checkpoint without .pt>.<test set>.hyp`; for an ensemble of M checkpoints, `<first checkpoint without
+.pt>.ensembleM.<test set>.hyp`), and prints which checkpoint, test set and decoding settings produced
 the scores; `--json F` writes the same as JSON. `--hyp F --ref F` scores existing output without a model.
 """
 
@@ -122,7 +123,7 @@ def _score_files(args: argparse.Namespace) -> int:
 
 def _check_outputs(args: argparse.Namespace, config: Config, output: Path) -> None:
     """Neither the hypotheses file nor --json may be an input: the checkpoint, a config or a test-set file."""
-    inputs = [("--checkpoint", args.checkpoint), ("--config", args.config), ("--src", args.src)]
+    inputs = [*(("--checkpoint", c) for c in args.checkpoint or []), ("--config", args.config), ("--src", args.src)]
     inputs += [("--ref", ref) for ref in args.ref or []]
     split = getattr(config.data, args.split) if not (args.src or args.test_set) else None
     if split:
@@ -138,12 +139,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return _score_files(args)
     if not args.checkpoint:
         raise UserError("give --checkpoint CKPT to translate a test set, or --hyp F --ref F to score a file")
-    if not Path(args.checkpoint).is_file():
-        raise UserError(f"checkpoint not found: {args.checkpoint}")
+    for path in args.checkpoint:
+        if not Path(path).is_file():
+            raise UserError(f"checkpoint not found: {path}")
     translator, config, device = load_translator(args)
     sources, references, description, name = _test_set(args, config)
-    checkpoint = Path(args.checkpoint)
-    output = Path(args.output) if args.output else checkpoint.parent / f"{checkpoint.stem}.{name}.hyp"
+    checkpoint, models = Path(args.checkpoint[0]), len(args.checkpoint)
+    stem = checkpoint.stem + (f".ensemble{models}" if models > 1 else "")  # an ensemble's beside its first model's
+    output = Path(args.output) if args.output else checkpoint.parent / f"{stem}.{name}.hyp"
     _check_outputs(args, config, output)
     with progress_bar(len(sources), args.quiet) as bar:
         hypotheses = [results[0].text for results in translator.translate(sources, progress=bar.update)]
@@ -155,7 +158,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             f.writelines(h + "\n" for h in hypotheses)
     extra_refs = [_read_text(ref) for ref in args.ref[1:]] if args.ref else []
     scores = _scores({str(output): hypotheses}, [references, *extra_refs], args, lang=config.data.tgt_lang)
-    lines = {"checkpoint": args.checkpoint, "test set": f"{description}, {len(sources)} sentences",
+    lines = {"checkpoint": " + ".join(args.checkpoint), "test set": f"{description}, {len(sources)} sentences",
              "decoding": describe_decode(config.decode), "device": f"{device} {translator.precision}",
              "hypotheses": "standard output" if args.output == "-" else str(output)}  # fmt: skip
     _report(lines, scores, args.json, to_stderr=args.output == "-", decode=config.to_dict()["decode"])

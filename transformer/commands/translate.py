@@ -85,13 +85,26 @@ def _links(translation, separator: str) -> str:
     return "" if translation.alignment is None else separator + pharaoh(translation.alignment)
 
 
+def split_checkpoints(args: argparse.Namespace) -> None:
+    """`--checkpoint a.pt b.pt "Hola."`: argparse gives --checkpoint every value; from the first value after the
+    first that neither ends in .pt nor names a file, the values are TEXT."""
+    paths = args.checkpoint
+    cut = next((i for i, v in enumerate(paths) if i and not (v.endswith(".pt") or Path(v).is_file())), len(paths))
+    if cut < len(paths) and args.text:
+        raise UserError("give the TEXT arguments in one place: all after the checkpoints, or all before --checkpoint")
+    args.checkpoint, args.text = paths[:cut], args.text or paths[cut:]
+
+
 def run_translate(args: argparse.Namespace) -> int:
+    split_checkpoints(args)
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
-    inputs = [("--input", args.input), ("--checkpoint", args.checkpoint), ("--config", args.config)]
+    inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config)]
     check_not_an_input(args.output, inputs)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
+    if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:
+        raise UserError("--alignment and --attention-maps read one model's attention: give one --checkpoint")
     if args.attention_maps:
         require_matplotlib()
     translator, config, _ = load_translator(args)

@@ -1,6 +1,7 @@
-"""Decoding: greedy, beam search (paper section 6.1) and sampling over the model's decoding interface; the streaming
-translator (text in, text out); word alignments and attention maps from one teacher-forced pass after the search;
-CPU copies of a model for faster decoding; export to Hugging Face and CTranslate2.
+"""Decoding: greedy, beam search (paper section 6.1) and sampling over the model's decoding interface; ensembles of
+models behind that interface; teacher-forced scoring of given translations; the streaming translator (text in,
+text out); word alignments and attention maps from one teacher-forced pass after the search; CPU copies of a model
+for faster decoding; export to Hugging Face and CTranslate2.
 
 Imports the model's decoding interface, `transformer.data` (tokenizer, batching) and the shared modules: nothing of
 training.

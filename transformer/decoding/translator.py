@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +32,10 @@ from transformer.data.batching import build_batches
 from transformer.data.tokenizer import BOS_ID, EOS_ID
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
+from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.search import generate
 from transformer.devices import avoid_cudnn_attention
+from transformer.errors import UserError
 from transformer.model.attention import make_pad_mask
 from transformer.precision import autocast, resolve_precision
 
@@ -52,7 +54,8 @@ class Translation:
 
 
 class Translator:
-    """A model, its tokenizer and decoding settings: `translate(lines)` streams one result list per line."""
+    """A model (or an `ensemble.Ensemble`), its tokenizer and decoding settings: `translate(lines)` streams one
+    result list per line; `score(sources, targets)` scores given translations."""
 
     def __init__(
         self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str | None = None,
@@ -80,6 +83,8 @@ class Translator:
         `update`), not once per chunk. alignment: fill each `Translation.alignment` (empty for an empty line) from
         the cross-attention of decoder layer `alignment_layer` (None: the last, alignment.py).
         """
+        if alignment and not hasattr(self.model, "decoder"):
+            raise UserError("word alignments read one model's attention: an ensemble has one per model")
         layer = resolve_layer(alignment_layer, len(self.model.decoder.layers)) if alignment else None
         lines = iter(lines)
         first = 1
@@ -90,6 +95,13 @@ class Translator:
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
         """The best translation's text for each line."""
         return [results[0].text for results in self.translate(lines)]
+
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], *, progress: Callable[[int], Any] | None = None
+    ) -> list[Score]:
+        """Each target's log-probability given its source under teacher forcing (scoring.py), in input order."""
+        return score_texts(self.model, self.tokenizer, sources, targets, max_tokens=self.settings.max_tokens,
+                           device=self.device, precision=self.precision, progress=progress)  # fmt: skip
 
     def _translate_chunk(
         self, chunk: list[str], first_line: int, progress: Callable, layer: int | None

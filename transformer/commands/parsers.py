@@ -1,0 +1,113 @@
+"""What every command's parser is built from: the help texts (one summary line, a description and examples per
+command), the formatter that shows each flag's default, and an integer type with a lower bound."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Callable
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum` (argparse then reports a bad value with exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+CONFIG_KEYS_HELP = (
+    "Config keys: every key of the model, data, train and decode sections is a field of the dataclasses in "
+    "transformer/config.py, each commented with its meaning, unit and default (docs/training.md: Configs, Data). "
+    "Relative data paths in a config resolve against its folder; --set paths and outputs (cache_dir, out_dir) "
+    "against the current directory."
+)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each flag's default (when it has a meaningful one) and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        meaningless = any(default is v for v in (None, False, argparse.SUPPRESS)) or default == []
+        if "%(default)" not in text and not meaningless:
+            text += " (default: %(default)s)"
+        return text
+
+
+HELP = {  # command -> (summary, description, examples): `python -m transformer --help` lists the summaries;
+    # `transformer-COMMAND --help` shows the description above the flags and the examples below them
+    "prepare": (
+        "train the vocabulary and encode the data splits into the cache",
+        "Train the SentencePiece vocabulary on data.train and encode every configured split into the cache "
+        "(data.cache_dir); training then reuses it.",
+        "  transformer-prepare --config demo\n  transformer-prepare --config my.yaml --set data.vocab_size=16000",
+    ),
+    "train": (
+        "train a model from a config",
+        "Train a Transformer translation model.",
+        "  transformer-train --config demo --set train.max_time=30m\n"
+        "  transformer-train --config /abs/path/my.yaml --resume\n  transformer-train --config demo --print-config",
+    ),
+    "average": (
+        "average the weights of checkpoints",
+        "Average checkpoint weights (the paper averages the last 5 checkpoints of a base model, 20 of a big one).",
+        "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
+        "  transformer-average --inputs a.pt b.pt --output avg.pt",
+    ),
+    "translate": (
+        "translate sentences with a checkpoint",
+        "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
+        "it prompts for one sentence at a time.",
+        '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
+        "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
+        "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2\n"
+        '  transformer-translate --checkpoint CKPT --alignment "Y dijo Dios: Sea la luz."',
+    ),
+    "evaluate": (
+        "translate a test set and score it with sacreBLEU",
+        "Translate a test set and print sacreBLEU scores with their signatures (default: the config's data.test "
+        "split), or score existing output with --hyp F --ref F, through sacreBLEU's own API.",
+        "  transformer-evaluate --checkpoint runs/demo/checkpoint_last.pt\n"
+        "  transformer-evaluate --checkpoint CKPT --src test.es --ref test.en --metrics bleu chrf ter --json -\n"
+        "  transformer-evaluate --hyp base.en new.en --ref ref1.en ref2.en --paired-bs --chrf-word-order 2\n"
+        "  cat out.en | transformer-evaluate --hyp - --ref test.en --tokenize intl --lowercase",
+    ),
+    "score": (
+        "score given translations: log-probability and perplexity under the model",
+        "Each target's log-probability under teacher forcing, as TSV lines 'log_prob per_token ppl tokens' or --json.",
+        "  transformer-score --checkpoint runs/demo/checkpoint_last.pt --src test.es --tgt test.en > scores.tsv",
+    ),
+    "export": (
+        "write a checkpoint as a Hugging Face or CTranslate2 model",
+        "Write a checkpoint as a Hugging Face model directory (MarianMTModel for post-LN, "
+        "PegasusForConditionalGeneration for pre-LN; safetensors, MarianTokenizer) or a CTranslate2 model.",
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format hf --output exported/hf\n"
+        "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
+        "--quantization int8",
+    ),
+}
+
+
+def build_parser(command: str, *arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    """transformer-COMMAND's parser: --version, then the flags each of `arguments` adds, in order; its --help shows
+    every default, the command's HELP text and where the config keys are documented."""
+    from transformer import __version__
+
+    _, description, examples = HELP[command]
+    parser = argparse.ArgumentParser(
+        prog=f"transformer-{command}", description=description, formatter_class=HelpFormatter,
+        epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    for add in arguments:
+        add(parser)
+    return parser
