@@ -15,7 +15,17 @@ DEMO_OUT ?= runs/demo
 RECIPE ?= configs/bible_es_en_paper.yaml
 RECIPE_ARGS ?=
 
-.PHONY: setup setup-dev test test-fast lint format demo bench-gpu recipe clean
+# `make gpu-check` and `make gpu-report` (docs/gpu.md): on a lent GPU machine without the venv, run them with that
+# machine's Python, GPU_PYTHON=python3; GPU_COMMIT names the code commit there (no git: scripts/gpu_report.py
+# --print-commit prints it here); GPU_BUDGET bounds one call of gpu-report (the rest waits for the next call).
+GPU_PYTHON ?= $(BIN)/python
+GPU_COMMIT ?=
+GPU_BUDGET ?= 20m
+GPU_ARGS ?=
+GPU_SETUP := $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
+GPU_COMMIT_ARG := $(if $(GPU_COMMIT),--commit $(GPU_COMMIT))
+
+.PHONY: setup setup-dev test test-fast lint format demo bench-gpu recipe gpu-check gpu-report clean
 
 setup: $(VENV)/.installed
 
@@ -62,6 +72,16 @@ recipe: setup
 # docs/results/ and the table in docs/benchmarks.md. About 5 minutes on one H100/H200; refuses to run without a GPU.
 bench-gpu: setup
 	$(BIN)/python scripts/bench_gpu.py
+
+# Every CUDA path once on a tiny model, one PASS/FAIL line each, at most 5 minutes on one GPU; without CUDA it says
+# so in one line and exits 0. GPU_ARGS=--cpu-smoke runs the same checks on the CPU.
+gpu-check: $(GPU_SETUP)
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) scripts/gpu_check.py $(GPU_COMMIT_ARG) $(GPU_ARGS)
+
+# Every GPU figure in priority order (gpu-check, bench-gpu, the decode report, a piece of each Bible recipe) within
+# GPU_BUDGET, each step capped and recorded in docs/results/; run it again to go on where it stopped.
+gpu-report: $(GPU_SETUP)
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) scripts/gpu_report.py --budget $(GPU_BUDGET) $(GPU_COMMIT_ARG) $(GPU_ARGS)
 
 clean:
 	rm -rf runs cache .pytest_cache .ruff_cache

@@ -313,6 +313,7 @@ def _decode_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--shape", help="name of the shape in the JSON (default: from the model)")
     parser.add_argument("--out", default="docs/results")
+    parser.add_argument("--note", help="a remark for the records, e.g. why an engine is missing")
     return parser
 
 
@@ -355,7 +356,7 @@ def decode_main(argv: list[str] | None = None) -> None:
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
     common = {"kind": "decode", "device": device, "device_type": args.device,
               "date": datetime.date.today().isoformat(), "command": command, "shape": shape,
-              "processes": "one per engine, timed inside it"}  # fmt: skip
+              "processes": "one per engine, timed inside it", **({"note": args.note} if args.note else {})}  # fmt: skip
     for compute, factories in engines_by_compute.items():
         with db.EngineProcesses(factories) as engines:  # one process per engine, kept for every search
             for beam in map(int, args.beams.split(",")):

@@ -1,0 +1,160 @@
+"""`make gpu-check`: every CUDA path of the project run once on a tiny model, one PASS/FAIL line each (3-4 minutes
+on one H100 by our estimate of the sizes in gpu_check_runs.py, not yet measured; the target is 5 at most).
+
+    python scripts/gpu_check.py               # on a GPU; without CUDA it says so in one line and exits 0
+    python scripts/gpu_check.py --cpu-smoke   # the same checks on the CPU, tiny (what the tests run)
+
+The paths, in order (gpu_check_training.py and gpu_check_decoding.py say what each is held against): bf16 training
+with a forced overflow; fp16 with the loss scaler and a forced overflow; the prefetcher; torch.compile with length
+buckets; `torchrun --nproc_per_node 1`; a SIGTERM mid-run and a resume; greedy and beam-4 decoding in bf16/fp16
+against fp32; `transformer-evaluate`; the export to Hugging Face and to CTranslate2 (SKIP lines where the package is
+not installed). The model is configs/tiny.yaml on 1,000 short Bible verses (data/bible-es-en/short).
+
+Tolerances, as the largest relative difference of a per-update training loss: the same computation in another
+process or with the batches made another way (prefetch, torchrun, kill-resume) 1e-5 on the CPU, where it is
+deterministic up to thread scheduling, and 5e-3 on CUDA, whose backward kernels add in a varying order (atomics);
+compiled against eager kernels 1e-3 on the CPU (aot_eager decomposes some operators) and 2e-2 on CUDA (Inductor
+fuses bf16 operations, keeping float32 in between). A wrong batch, a lost random state or a stale weight moves a loss
+by whole percents.
+
+Records: `gpu_check_<device>.json` in --records (default docs/results/gpu/): the code commit (stamps.py), device,
+date, command, and each path's status, detail and seconds, rewritten after every path; `passed` is true once every
+path ran and none failed, and `make gpu-report` then skips the check for this commit on this GPU. `--only PATHS`
+runs some paths (the runs they compare with are made first) and writes `gpu_check_<device>_partial.json`. Exit
+code 1 when a path failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from transformer.benchmarks import gpu_check_decoding as decoding
+from transformer.benchmarks import gpu_check_processes as processes
+from transformer.benchmarks import gpu_check_training as training
+from transformer.benchmarks.gpu_check_runs import GPU_SIZES, SMOKE_SIZES, CheckFailedError, CheckSkippedError, Context
+from transformer.benchmarks.stamps import ROOT, code_commit, device_name, slug, today, write_json
+
+CHECKS: list[tuple[str, Callable[[Context], str]]] = [
+    ("bf16", training.check_bf16),
+    ("fp16-scaler", training.check_fp16_scaler),
+    ("prefetch", training.check_prefetch),
+    ("compile-buckets", training.check_compile),
+    ("torchrun", processes.check_torchrun),
+    ("kill-resume", processes.check_kill_resume),
+    ("decode", decoding.check_decode),
+    ("evaluate", decoding.check_evaluate),
+    ("export-hf", decoding.check_export_hf),
+    ("export-ctranslate2", decoding.check_export_ctranslate2),
+]
+TOLERANCES = {"cuda": (5e-3, 2e-2), "cpu": (1e-5, 1e-3)}  # (same computation, compiled against eager): see above
+DEFAULT_RECORDS = ROOT / "docs" / "results" / "gpu"
+
+
+@dataclass
+class Outcome:
+    path: str
+    status: str  # PASS, FAIL or SKIP
+    detail: str
+    seconds: float
+
+
+def run_one(name: str, check: Callable[[Context], str], ctx: Context) -> Outcome:
+    """Run one check and print its line: PASS with what held, FAIL with why, SKIP with why not."""
+    start = time.perf_counter()
+    try:
+        status, detail = "PASS", check(ctx)
+    except CheckSkippedError as exc:
+        status, detail = "SKIP", str(exc)
+    except CheckFailedError as exc:
+        status, detail = "FAIL", str(exc)
+    except Exception as exc:  # a crash is a failure of this path; the others still run
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        status, detail = "FAIL", f"{type(exc).__name__}: {first}"
+    outcome = Outcome(name, status, detail, round(time.perf_counter() - start, 1))
+    print(f"{status} {name}: {detail} ({outcome.seconds:.0f} s)", flush=True)
+    return outcome
+
+
+def stamp_path(records: Path, device: str, partial: bool = False) -> Path:
+    """Where the stamp goes: gpu_check_<device>.json, or gpu_check_<device>_partial.json for a run of some paths."""
+    return records / f"gpu_check_{slug(device)}{'_partial' if partial else ''}.json"
+
+
+def run_checks(ctx: Context, checks, *, records: Path, commit: str, device: str, command: str) -> int:
+    """The checks in order, the stamp rewritten after each; 0 when none failed, else 1. `passed` is true only when
+    every path of CHECKS ran and none failed; a run of some of them (--only) writes the partial stamp."""
+    start, outcomes, partial = time.perf_counter(), [], {n for n, _ in checks} != {n for n, _ in CHECKS}
+    record = {"kind": "gpu_check", "device": device, "device_type": ctx.device.type, "torch": torch.__version__,
+              "date": today(), "commit": commit, "command": command,
+              "mode": "cpu-smoke" if ctx.smoke else "cuda", "tolerances": {"same": ctx.tolerance,
+              "compiled": ctx.compile_tolerance}}  # fmt: skip
+    print(f"gpu-check on {device} ({ctx.device.type}, torch {torch.__version__}), commit {commit}", flush=True)
+    for name, check in checks:
+        outcomes.append(run_one(name, check, ctx))
+        results = [asdict(o) for o in outcomes]
+        write_json(stamp_path(records, device, partial), {**record, "finished": False, "passed": False,
+                                                          "results": results})  # fmt: skip
+    failed = [o.path for o in outcomes if o.status == "FAIL"]
+    seconds = round(time.perf_counter() - start, 1)
+    final = {**record, "finished": True, "passed": not failed and not partial, "seconds": seconds, "results": results}
+    write_json(stamp_path(records, device, partial), final)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("PASS", "FAIL", "SKIP")}
+    which = f" ({', '.join(failed)})" if failed else ""
+    print(f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed{which}, {counts['SKIP']} skipped in "
+          f"{seconds:.0f} s; {stamp_path(records, device, partial)}", flush=True)  # fmt: skip
+    return 1 if failed else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--cpu-smoke", action="store_true", help="run the checks on the CPU with tiny sizes")
+    parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="folder of the gpu_check_<device>.json stamp")
+    parser.add_argument("--commit", help="the code commit to record (default: $GPU_COMMIT, else git's)")
+    parser.add_argument("--work", help="folder for the runs and exports (default: a temporary one, removed)")
+    parser.add_argument("--only", help=f"comma-separated paths to run, among {', '.join(n for n, _ in CHECKS)}")
+    return parser
+
+
+def context(smoke: bool, work: Path) -> Context:
+    """The mode's device, sizes and tolerances."""
+    device = torch.device("cpu" if smoke else "cuda")
+    same, compiled = TOLERANCES[device.type]
+    sizes = SMOKE_SIZES if smoke else GPU_SIZES
+    return Context(device, smoke, work, sizes, same, compiled, timeout=120 if smoke else 240)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    only = {n.strip() for n in (args.only or "").split(",") if n.strip()}
+    if unknown := only - {n for n, _ in CHECKS}:
+        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}: use {', '.join(n for n, _ in CHECKS)}")
+    if args.cpu_smoke:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything asks torch for CUDA: the CPU, also on a GPU machine
+        torch.set_num_threads(1)  # tiny models run fastest on one thread, and 2 cores are shared with subprocesses
+    elif not torch.cuda.is_available():
+        print("gpu-check: no CUDA device here (torch.cuda.is_available() is False), nothing to check; "
+              "--cpu-smoke runs the same checks on the CPU")  # fmt: skip
+        return 0
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    command = shlex.join(["python", "scripts/gpu_check.py", *(sys.argv[1:] if argv is None else argv)])
+    device = device_name(cuda=not args.cpu_smoke)
+    try:
+        checks = [(n, c) for n, c in CHECKS if not only or n in only]
+        return run_checks(context(args.cpu_smoke, work), checks, records=Path(args.records),
+                          commit=code_commit(args.commit), device=device, command=command)  # fmt: skip
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,192 @@
+"""The steps of `make gpu-report` (gpu_report.py runs them): each one's command, cap and records, on a GPU and in
+the CPU smoke mode (the same scripts with tiny shapes, a few seconds each).
+
+Caps, on one H100 (none of these runs has been timed there yet: the caps leave room over the estimates): check
+7 min (its target is 5 at most; estimated 3-4, a cap that stops it would waste the call); train 7 min (bench-gpu,
+about 5); decode 5 min (about 3, one process per engine); each recipe piece 8 min (6 min of training once the data
+is prepared, about 1 min the first time). The recipe pieces write a `recipe_piece`
+record (updates, minutes, the validation curve) since one piece does not end a recipe, so no `bleu` record comes
+until `make recipe` has run a recipe to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformer.benchmarks.stamps import ROOT, slug, today, write_json
+
+if TYPE_CHECKING:
+    from transformer.benchmarks.gpu_report import Report
+
+STEP_NAMES = ("check", "train", "decode", "recipe-pre-ln", "recipe-post-ln")
+PY = sys.executable
+RECIPES = {"recipe-pre-ln": "configs/bible_es_en.yaml", "recipe-post-ln": "configs/bible_es_en_paper.yaml"}
+BASE_SHAPE = "base (6+6, d512, ff2048, V8000)"  # the name docs/results/decode_cpu_base_*.json use
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    cap: float  # seconds
+    command: Callable[[Report], list[str]]  # built just before the step runs
+    summary: Callable[[Report, str], list[Path]] | None = None  # records it writes after the run, given the status
+    stamp: Callable[[Report], Path] | None = None  # the check's own stamp: a passed one means nothing to run
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+
+def _check_stamp(report: Report) -> Path:
+    from transformer.benchmarks.gpu_check import stamp_path
+
+    return stamp_path(report.results / "gpu", report.device)
+
+
+def _check(smoke: bool, cap: float) -> Step:
+    def command(report: Report) -> list[str]:
+        smoke_flag = ["--cpu-smoke"] if smoke else []
+        return [PY, "scripts/gpu_check.py", *smoke_flag, "--records", str(report.results / "gpu"), "--commit",
+                report.commit]  # fmt: skip
+
+    found = lambda report, status: [p for p in [_check_stamp(report)] if p.is_file()]  # noqa: E731
+    return Step("check", cap, command, summary=found, stamp=_check_stamp)
+
+
+# ------------------------------------------------------------------------------------------------ decode
+
+
+def probe_ctranslate2(device: str) -> str | None:
+    """None when CTranslate2 translates with a tiny exported model on `device`, else why not (one line)."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return "ctranslate2 is not installed"
+    from transformer.benchmarks.decode import RandomPieces
+    from transformer.config import load_config
+    from transformer.data.tokenizer import PAD_ID
+    from transformer.decoding.export import export_ctranslate2
+    from transformer.model.transformer import Transformer
+
+    config = load_config(ROOT / "configs" / "tiny.yaml")
+    model = Transformer.from_config(config.model, src_vocab_size=30, tgt_vocab_size=30, pad_id=PAD_ID)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            export_ctranslate2(model, RandomPieces(30), config, Path(folder), spm=False)
+            compute = "float16" if device == "cuda" else "float32"
+            translator = ctranslate2.Translator(folder, device=device, compute_type=compute)
+            translator.translate_batch([["t5", "t6", "</s>"]], max_decoding_length=4)
+    except Exception as exc:  # a missing CUDA library, another CUDA version, ...: whatever stops it
+        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+    return None
+
+
+def ctranslate2_problem(device: str) -> str | None:
+    """`probe_ctranslate2` in a process of its own (a crash in CTranslate2's CUDA loading stays there)."""
+    command = [PY, "scripts/gpu_report.py", "--probe-ctranslate2", device]
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        return "it did not translate one sentence in 180 s"
+    last = (done.stdout.strip().splitlines() or [f"exit code {done.returncode}: {done.stderr.strip()[-200:]}"])[-1]
+    return None if done.returncode == 0 else last
+
+
+def decode_engines(problem: str | None, hf: bool = True) -> tuple[str, list[str]]:
+    """(--engines, extra arguments): CTranslate2 with ours (and HF), or, where it cannot run, a note saying so."""
+    if problem is None:
+        return ("ours,ctranslate2,hf" if hf else "ours,ctranslate2"), []
+    note = f"CTranslate2 cannot run on this machine ({problem}): ours against HF generate only"
+    return ("ours,hf" if hf else "ours"), ["--note", note]
+
+
+def _decode(smoke: bool, cap: float) -> Step:
+    def command(report: Report) -> list[str]:
+        engines, note = decode_engines(ctranslate2_problem("cpu" if smoke else "cuda"), hf=not smoke)
+        out = ["--engines", engines, *note, "--out", str(report.results)]
+        if smoke:
+            return [PY, "scripts/benchmark.py", "decode", "--device", "cpu", "--config", "configs/tiny.yaml", "--vocab",
+                    "300", "--sentences", "8", "--src-len", "8", "--forced", "6", "--computes", "fp32", "--threads",
+                    "1", "--repeats", "1", "--shape", "tiny", *out]  # fmt: skip
+        return [PY, "scripts/benchmark.py", "decode", "--device", "cuda", "--config", "configs/base.yaml", "--forced",
+                "32", "--computes", "fp16", "--beams", "4,1", "--shape", BASE_SHAPE, *out]  # fmt: skip
+
+    return Step("decode", cap, command)
+
+
+# ------------------------------------------------------------------------------------------------ recipes
+
+
+def piece_record(out_dir: Path, *, name: str, config: str, report: Report, command: str, status: str) -> dict:
+    """What one piece of a recipe left in its run folder (recipe.json, metrics.jsonl), as a `recipe_piece` record."""
+    state = json.loads((out_dir / "recipe.json").read_text(encoding="utf-8"))
+    log = out_dir / "metrics.jsonl"  # none yet when the piece ended before its first log line
+    lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    metrics = [json.loads(line) for line in lines if line.strip()]
+    valid = [{k: m[k] for k in ("step", "valid_loss", "valid_bleu") if k in m} for m in metrics if "valid_loss" in m]
+    train = [m for m in metrics if "loss" in m and "valid_loss" not in m]
+    return {"kind": "recipe_piece", "name": name, "config": config, "device": report.device, "date": today(),
+            "commit": report.commit, "command": command, "status": status, "updates": state["step"],
+            "train_minutes": round(state["elapsed"] / 60, 2), "pieces": len(state["pieces"]), "done": state["done"],
+            "stop_reason": state["pieces"][-1]["reason"] if state["pieces"] else None, "best_valid": state.get("best"),
+            "last_train": train[-1] if train else None, "validations": valid}  # fmt: skip
+
+
+def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], cap: float) -> Step:
+    def command(report: Report) -> list[str]:
+        sets = [a for s in overrides for a in ("--set", s)]
+        return [PY, "scripts/run_recipe.py", "--config", config, *sets, *arguments, "--max-pieces", "1",
+                "--results-dir", str(report.results), "--no-progress"]  # fmt: skip
+
+    def summary(report: Report, status: str) -> list[Path]:
+        from transformer.config import load_config
+
+        out_dir = ROOT / load_config(ROOT / config, overrides).train.out_dir
+        if not (out_dir / "recipe.json").is_file():
+            return []  # capped before the first piece ended: the log holds what there is
+        name = arguments[arguments.index("--name") + 1] if "--name" in arguments else Path(config).stem
+        record = piece_record(out_dir, name=name, config=config, report=report, command=" ".join(command(report)),
+                              status=status)  # fmt: skip
+        path = report.results / f"recipe_piece_{name}_{slug(report.device)}.json"
+        write_json(path, record)
+        return [path]
+
+    return Step(step, cap, command, summary=summary)
+
+
+# ------------------------------------------------------------------------------------------------ the lists
+
+
+def gpu_steps(docs: Path) -> list[Step]:
+    """The report on a GPU: `make gpu-check`, `make bench-gpu`, the decode report, a piece of each recipe."""
+    train = lambda report: [PY, "scripts/bench_gpu.py", "--out", str(report.results), "--docs", str(docs)]  # noqa: E731
+    recipes = [_recipe(step, config, [], ["--piece", "6m"], 480) for step, config in RECIPES.items()]
+    return [_check(False, 420), Step("train", 420, train), _decode(False, 300), *recipes]
+
+
+def _smoke_train(report: Report) -> list[str]:
+    docs = report.results / "benchmarks.md"  # bench_gpu.py rewrites the table between its markers
+    if not docs.is_file():
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        docs.write_text("<!-- bench-gpu table: begin -->\n<!-- bench-gpu table: end -->\n", encoding="utf-8")
+    return [PY, "scripts/bench_gpu.py", "--cpu-smoke", "--out", str(report.results), "--docs", str(docs), "--peers",
+            "torch"]  # fmt: skip
+
+
+def smoke_steps(work: Path) -> list[Step]:
+    """The same steps on the CPU with tiny shapes: the check's smoke mode, bench-gpu's, a tiny random model's decode
+    report, and recipe pieces of 2 updates of configs/tiny.yaml, pre-LN then post-LN (runs and cache in `work`)."""
+    recipes = []
+    for step, norm_first in (("recipe-pre-ln", "true"), ("recipe-post-ln", "false")):
+        name = f"tiny_{step.removeprefix('recipe-').replace('-', '_')}"
+        overrides = [f"train.out_dir={work / name}", f"data.cache_dir={work / 'cache'}",
+                     f"model.norm_first={norm_first}", "train.threads=1"]  # fmt: skip
+        arguments = ["--name", name, "--piece", "0", "--piece-updates", "2"]
+        recipes.append(_recipe(step, "configs/tiny.yaml", overrides, arguments, 120))
+    return [_check(True, 180), Step("train", 120, _smoke_train), _decode(True, 120), *recipes]
