@@ -167,6 +167,31 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
 
 
+def test_one_process_under_torchrun_trains_through_ddp(tmp_path, monkeypatch, caplog):
+    """torchrun's environment with WORLD_SIZE=1: the process joins a (gloo) group and the model is wrapped in DDP,
+    the code path of several GPUs; its losses equal a plain run's."""
+    import logging
+    import socket
+
+    common = ["train.max_steps=3", "train.valid_every=0", "model.dropout=0.0"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert train_main(_args(tmp_path, "plain", *common)) == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    try:
+        caplog.set_level(logging.INFO)
+        assert train_main(_args(tmp_path, "ddp", *common)) == 0
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert "on cpu x1 (DDP)" in caplog.text  # setup.describe: the net is a DistributedDataParallel
+    assert _losses(tmp_path / "ddp") == pytest.approx(_losses(tmp_path / "plain"), rel=1e-6)
+
+
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     from transformer.training import distributed
 

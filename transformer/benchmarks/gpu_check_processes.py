@@ -1,7 +1,7 @@
 """The paths of `make gpu-check` that start `transformer train` in processes of their own (gpu_check.py runs them):
 
-- torchrun: `torchrun --nproc_per_node 1 ... transformer train` against the reference run. One process forms no
-  process group (the trainer joins one only for WORLD_SIZE > 1), so this proves the launch, not DDP's all-reduce.
+- torchrun: `torchrun --nproc_per_node 1 ... transformer train` against the reference run: one process in a
+  process group, the model wrapped in DDP (its all-reduce over one rank), as with more GPUs.
 - kill-resume: `transformer train` stopped by SIGTERM mid-run, then `--resume`d to the end, against the reference.
 """
 
@@ -37,10 +37,12 @@ def check_torchrun(ctx: Context) -> str:
                           text=True, timeout=ctx.timeout)  # fmt: skip
     require(done.returncode == 0, f"exit code {done.returncode}: {tail(done.stdout + done.stderr)}")
     where = "cuda:0" if ctx.device.type == "cuda" else "cpu"
-    require(f"on {where} x1" in done.stderr, f"the run did not say it trained on {where}: {tail(done.stderr)}")
+    require(
+        f"on {where} x1 (DDP)" in done.stderr,
+        f"the run did not say it trained on {where} under DDP: {tail(done.stderr)}",
+    )
     worst = compare_losses(read_losses(ctx.work / "torchrun"), reference.losses, n, ctx.tolerance)
-    return (f"trained on {where}, {n} losses within {worst:.1e} of the plain run (tolerance {ctx.tolerance:g}); "
-            "one process forms no process group, so DDP's all-reduce is not run")  # fmt: skip
+    return f"trained on {where} under DDP, {n} losses within {worst:.1e} of the plain run (tolerance {ctx.tolerance:g})"
 
 
 def _kill_at_update(command: list[str], ctx: Context) -> str:

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 
 def init_distributed() -> tuple[int, int, torch.device]:
-    """(rank, world size, device) from torchrun's environment; a single process when it is absent."""
+    """(rank, world size, device) from torchrun's environment; a single process when it is absent. Started by
+    torchrun, even with one process, the process joins a group and the model is wrapped in DDP (training/setup.py),
+    so `torchrun --nproc_per_node 1` runs the same code path as 8 GPUs."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
@@ -37,9 +39,9 @@ def init_distributed() -> tuple[int, int, torch.device]:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    if world > 1 and not torch.distributed.is_initialized():
+    if "WORLD_SIZE" in os.environ and not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    rank = torch.distributed.get_rank() if world > 1 else 0
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     return rank, world, device
 
 

@@ -133,7 +133,8 @@ def resume_from(path: Path, run: RunSetup) -> dict[str, Any]:
 def describe(run: RunSetup, cfg) -> str:
     """The model's size, the devices, the precision and the update's make-up, for the log."""
     return (
-        f"{sum(p.numel() for p in run.model.parameters()):,} parameters on {run.device} x{run.world} "
+        f"{sum(p.numel() for p in run.model.parameters()):,} parameters on {run.device} x{run.world}"
+        f"{' (DDP)' if isinstance(run.net, torch.nn.parallel.DistributedDataParallel) else ''} "
         f"({run.precision}), {run.accumulation} micro-batches of <= {cfg.max_tokens} tokens per update per device"
     )
 
@@ -172,7 +173,7 @@ def build_run(config: Config, *, resume: bool | str = False, progress: bool = Tr
         load_checked_weights(model, data.tokenizer, Path(cfg.init_from))
     if cfg.compile:
         run.net = torch.compile(run.net)
-    if world > 1:
+    if torch.distributed.is_initialized():  # under torchrun, even with one process
         ids = [device.index] if device.type == "cuda" else None
         run.net = torch.nn.parallel.DistributedDataParallel(run.net, device_ids=ids)
     return run
