@@ -61,3 +61,20 @@ def full_dir(path: Path, files: dict[str, bytes] | None = None) -> Iterator[Path
             while True:
                 f.write(b"\0" * 4096)
         yield mounted
+
+
+def killed_write(path: Path, size: int = 1000) -> tuple[Path, int]:
+    """A real write killed half-way: a process writes `size` bytes to `path` through `fileio.atomic_output` and is
+    killed with SIGKILL inside the block (as kill -9 or a pre-emption would). Returns (the temporary file it left,
+    the dead writer's PID); the process is reaped, so its PID names no live process."""
+    import signal
+    import sys
+
+    before = set(path.parent.glob(".*.tmp"))
+    code = ("import os, signal, sys\nfrom transformer.fileio import atomic_output\n"
+            "with atomic_output(sys.argv[1], 'wb') as f:\n"
+            "    f.write(b'x' * int(sys.argv[2])); f.flush(); os.kill(os.getpid(), signal.SIGKILL)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), str(size)])
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    (left,) = set(path.parent.glob(".*.tmp")) - before
+    return left, proc.pid

@@ -9,11 +9,15 @@ subprocess cases at the end check real signals and a closed standard input.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
+import itertools
+import logging
 import os
 import pickle
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,12 +28,13 @@ from pathlib import Path
 import pytest
 import tiny_checkpoint
 import torch
-from fs_faults import readonly_dir
+from fs_faults import killed_write, readonly_dir
 
 from transformer.checkpoint import average_checkpoints, load_checkpoint, model_state, save_checkpoint
 from transformer.commands import cli
 from transformer.config import from_dict
 from transformer.data.tokenizer import PAD_ID, Tokenizer
+from transformer.devices import OutOfMemoryError
 from transformer.model.transformer import Transformer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the crafted pickle is a plain one
@@ -152,13 +157,50 @@ def output_lines(expected: list[str | None]) -> Callable:
     return check
 
 
+OUT_OF_MEMORY = ("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+                 "1.06 GiB is free.")  # the start of what CUDA's caching allocator says  # fmt: skip
+
+
+def out_of_memory(target: str, after: int = 0) -> Callable:
+    """`target` (module.function) raises torch's OutOfMemoryError, as CUDA does where an allocation does not fit,
+    from its (after + 1)-th call on; the calls before run the real function."""
+
+    def setup(tmp: Path, monkeypatch) -> None:
+        module, name = target.rsplit(".", 1)
+        real, calls = getattr(importlib.import_module(module), name), itertools.count()
+
+        def fake(*args, **kwargs):
+            if next(calls) < after:
+                return real(*args, **kwargs)
+            raise OutOfMemoryError(OUT_OF_MEMORY)
+
+        monkeypatch.setattr(target, fake)
+
+    return setup
+
+
+def intact_after_out_of_memory(tmp: Path, out: str, err: str) -> bool:
+    """Two updates saved (save_every 2), the third ran out of memory: checkpoint_2.pt is whole and the last one,
+    and the error names the micro-batch, the setting to lower and the checkpoint."""
+    run = tmp / "run"
+    state = load_checkpoint(run / "checkpoint_last.pt")
+    return (state["step"] == 2 and os.path.samefile(run / "checkpoint_last.pt", run / "checkpoint_2.pt")
+            and not (run / "train.lock").exists() and "(tried to allocate 2.50 GiB)" in err
+            and "lower train.max_tokens (now 1,024), e.g. --set train.max_tokens=512; train.update_tokens (1,024) "
+                "stays" in err and f"{run / 'checkpoint_last.pt'}, is intact" in err)  # fmt: skip
+
+
 # fmt: off
 FILE = write("file", "a regular file\n")
 OLD = write("out.txt", "previous contents\n")
 BAD_UTF8_AT_3 = write("in.txt", b"the cat\nthe dog\ncaf\xe9\nthe mat\n")
+BAD_YAML = write("bad.yaml", b"model:\n  d_model: \xff\n")  # "model:\n" is 7 bytes, "  d_model: " 11: \xff at byte 18
+BAD_YAML_ERROR = "bad.yaml line 2 is not valid UTF-8 (byte offset 18: invalid start byte); convert it to UTF-8"
+EMPTY = write("empty.txt", b"")
 CASES = [
     # ------------------------------------------------------------------------------------ prepare
     Case("prepare-missing-config", "prepare", ["--config", "{tmp}/none.yaml"], "config file not found"),
+    Case("prepare-config-not-utf8", "prepare", ["--config", "{tmp}/bad.yaml"], BAD_YAML_ERROR, BAD_YAML),
     Case("prepare-not-yaml", "prepare", ["--config", "{tmp}/c.yaml"], "is not valid YAML", write("c.yaml", "a: [")),
     Case("prepare-list-config", "prepare", ["--config", "{tmp}/c.yaml"], "must hold a mapping", write("c.yaml", "- 1")),
     Case("prepare-unknown-key", "prepare", prepare_args("model.d_modle=3"), "unknown config key 'model.d_modle'"),
@@ -195,6 +237,12 @@ CASES = [
          check=lambda tmp, out, err: (tmp / "run/checkpoint_1.pt").is_file()
          and not (tmp / "run/train.lock").exists()),
     Case("train-bad-max-time", "train", train_args("train.max_time=soon"), "bad duration 'soon'"),
+    Case("train-config-not-utf8", "train", ["--config", "{tmp}/bad.yaml"], BAD_YAML_ERROR, BAD_YAML),
+    Case("train-base-config-not-utf8", "train", ["--config", "{tmp}/child.yaml"], BAD_YAML_ERROR,
+         lambda tmp, mp: (BAD_YAML(tmp, mp), write("child.yaml", "base: bad.yaml\n")(tmp, mp))),
+    Case("train-cuda-out-of-memory", "train", train_args("train.max_steps=4", "train.save_every=2"),
+         "out of GPU memory in a training update, on a micro-batch of ",
+         out_of_memory("transformer.training.optim.train_update", after=2), check=intact_after_out_of_memory),
     Case("train-bad-prepare-timeout", "train", train_args("train.prepare_timeout=soon"), "bad duration"),
     Case("train-zero-nan-patience", "train", train_args("train.nan_patience=0"), "train.nan_patience must be positive"),
     Case("train-init-from-missing", "train", train_args("train.init_from={tmp}/none.pt"), "checkpoint not found"),
@@ -250,6 +298,17 @@ CASES = [
          "it is a folder"),
     Case("translate-beam-zero", "translate", ["--checkpoint", "{ckpt}", "--beam", "0", "x"], "beam_size must be >= 1"),
     Case("translate-no-checkpoint", "translate", ["x"], "--checkpoint is required"),
+    Case("translate-config-not-utf8", "translate", ["--checkpoint", "{ckpt}", "--config", "{tmp}/bad.yaml", "x"],
+         BAD_YAML_ERROR, BAD_YAML),
+    Case("translate-cuda-out-of-memory", "translate",  # 12 lines of a few tokens: one batch of 12 sentences
+         ["--checkpoint", "{ckpt}", "--input", "{src}", "--output", "{tmp}/out.txt"],
+         "out of GPU memory decoding a batch of 12 sentences of up to ",
+         lambda tmp, mp: (OLD(tmp, mp), out_of_memory("transformer.decoding.translator.generate")(tmp, mp)),
+         check=lambda tmp, out, err: "beam 2 (tried to allocate 2.50 GiB): lower --max-tokens (decode.max_tokens, "
+         "now 8000), e.g. --max-tokens 4000" in err),
+    Case("translate-cuda-out-of-memory-one-sentence", "translate", ["--checkpoint", "{ckpt}", "the cat"],
+         "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu",
+         out_of_memory("transformer.decoding.translator.generate")),
     # ----------------------------------------------------------------------------------- evaluate
     Case("evaluate-output-is-ref", "evaluate", ["--checkpoint", "{ckpt}", "--src", "{src}", "--ref", "{ref}",
                                                 "--output", "{ref}"], "is the same file as --ref"),
@@ -269,6 +328,22 @@ CASES = [
     Case("evaluate-ref-not-utf8", "evaluate", ["--hyp", "{w}/latin1.txt", "--ref", "{w}/latin1.txt"],
          "latin1.txt line 3 is not valid UTF-8"),
     Case("evaluate-nothing-to-do", "evaluate", [], "give --checkpoint CKPT"),
+    Case("evaluate-score-nothing", "evaluate", ["--hyp", "{tmp}/empty.txt", "--ref", "{tmp}/empty.txt"],
+         "nothing to score: ", EMPTY, check=lambda tmp, out, err: f"{tmp}/empty.txt has no lines" in err),
+    Case("evaluate-score-nothing-from-stdin", "evaluate", ["--hyp", "-", "--ref", "{tmp}/empty.txt"],
+         "empty.txt has no lines", lambda tmp, mp: (EMPTY(tmp, mp), stdin(b"")(tmp, mp))),
+    Case("evaluate-translate-nothing", "evaluate",
+         ["--checkpoint", "{ckpt}", "--src", "{tmp}/empty.txt", "--ref", "{tmp}/empty.txt", "--output", "{tmp}/h"],
+         "nothing to score: ", EMPTY, check=lambda tmp, out, err: not (tmp / "h").exists()),
+    Case("evaluate-empty-test-split", "evaluate",
+         ["--checkpoint", "{ckpt}", "--set", "data.test.src={tmp}/empty.txt", "--set", "data.test.tgt={tmp}/empty.txt",
+          "--output", "{tmp}/h"], "is empty: no sentence pairs to read", EMPTY),
+    Case("evaluate-src-longer-than-ref", "evaluate",
+         ["--checkpoint", "{ckpt}", "--src", "{src}", "--ref", "{w}/short.txt", "--output", "{tmp}/h"],
+         "test.src has 12 lines but ", check=lambda tmp, out, err: "short.txt has 1" in err),
+    Case("evaluate-cuda-out-of-memory", "evaluate", ["--checkpoint", "{ckpt}", "--output", "{tmp}/h"],
+         "lower --max-tokens (decode.max_tokens, now 8000)", out_of_memory("transformer.decoding.translator.generate"),
+         check=lambda tmp, out, err: not (tmp / "h").exists()),
     Case("evaluate-test-set-without-langpair", "evaluate", ["--checkpoint", "{ckpt}", "--test-set", "wmt14"],
          "--test-set needs --langpair"),
     Case("evaluate-no-valid-split", "evaluate", ["--checkpoint", "{ckpt}", "--split", "valid"], "no data.valid split"),
@@ -410,3 +485,132 @@ def test_read_only_folder(command, argv, world, tmp_path, capsys):
         assert code == 2 and err.startswith("error: cannot ") and "\n" not in err, err
         assert "read-only" in err or "permission denied" in err
         assert os.listdir(ro) == ["out.txt"] and (ro / "out.txt").read_bytes() == b"old\n"
+
+
+# ----------------------------------------------------------------------------- stale temporary checkpoints
+
+
+def test_a_run_removes_the_temporaries_of_killed_writes_only(world, tmp_path, caplog):
+    """A checkpoint write killed with SIGKILL left its temporary file in the run directory: the next run there (it
+    holds the lock) removes it and says so in one line; one that a live process (this one) is writing stays."""
+    run = tmp_path / "run"
+    run.mkdir()
+    dead, _ = killed_write(run / "checkpoint_7.pt", size=3_000_000)
+    live = run / f".checkpoint_8.pt.{os.getpid()}@{socket.gethostname()}.k2j4h5g6.tmp"
+    live.write_bytes(b"being written")
+    with caplog.at_level(logging.INFO):
+        assert cli.train_main([a.format(tmp=tmp_path, **world) for a in train_args("train.max_steps=1")]) == 0
+    assert not dead.exists() and live.read_bytes() == b"being written" and (run / "checkpoint_1.pt").is_file()
+    said = [r.getMessage() for r in caplog.records if "temporary" in r.getMessage()]
+    assert said == [f"removed 1 temporary file(s), 3.0 MB, left in {run} by writes that were killed: {dead.name}"]
+
+
+# ------------------------------------------------------------------------------------------- long inputs
+
+
+def test_a_line_of_100000_characters_gives_one_warning_and_a_translation(world, tmp_path, capsys, caplog):
+    (tmp_path / "in.txt").write_text("the cat\n" + "the small dog " * 7_143 + "\nthe mat\n", encoding="utf-8")
+    assert len((tmp_path / "in.txt").read_text().splitlines()[1]) == 100_002  # 7,143 x 14 characters
+    with caplog.at_level(logging.WARNING):
+        code = cli.translate_main(["--checkpoint", world["ckpt"], "--input", str(tmp_path / "in.txt")])
+    out = capsys.readouterr().out.splitlines()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert code == 0 and len(out) == 3 and out[1].strip(), out
+    assert len(warnings) == 1 and re.fullmatch(r"line 2: \d+ source tokens, truncated to 24 \(the model's maximum\)",
+                                               warnings[0]), warnings  # tiny_checkpoint.MAX_POSITIONS  # fmt: skip
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_lines_done_and_the_time_left(world, tmp_path, monkeypatch):
+    """Reading a file, the bar knows the total: it shows `done/total [elapsed<remaining]` while lines are done."""
+    from transformer.decoding.translator import Translator
+
+    real = Translator._translate_batch
+
+    def slow(self, sources):  # a batch takes 0.06 s, so that the bar redraws (at most every 0.1 s) part-way
+        time.sleep(0.06)
+        return real(self, sources)
+
+    (tmp_path / "in.txt").write_text("the cat\n" * 8, encoding="utf-8")
+    monkeypatch.setattr(Translator, "_translate_batch", slow)
+    monkeypatch.setattr(sys, "stderr", terminal := _Terminal())
+    argv = ["--checkpoint", world["ckpt"], "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o")]
+    assert cli.translate_main([*argv, "--chunk-lines", "1"]) == 0
+    assert re.search(r"\b[1-7]/8 \[\d\d:\d\d<\d\d:\d\d", terminal.getvalue()), terminal.getvalue()
+
+
+MEASURE = r"""
+import sys
+from transformer.commands import cli, common, evaluate, translate
+
+def kb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+loaded = []
+def load_translator(args):
+    result = common.load_translator(args)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident size (VmHWM) starts again from the current one (Linux >= 4.0)
+    loaded.append(kb("VmRSS:"))
+    return result
+
+translate.load_translator = evaluate.load_translator = load_translator
+code = cli.COMMANDS[sys.argv[1]](sys.argv[2:])
+print("measured", code, loaded[0], kb("VmHWM:"))
+"""
+
+
+def _growth(command: str, argv: list[str]) -> int:
+    """Peak resident memory of `command` above its level right after the model is loaded, in kB."""
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak from a given moment")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", MEASURE, command, *argv, "--threads", "1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    code, loaded, peak = map(int, run.stdout.splitlines()[-1].split()[1:])  # the line MEASURE prints last
+    assert code == 0, run.stderr
+    return peak - loaded
+
+
+def _lines(path: Path, n: int, words: int = 2, offset: int = 0) -> str:
+    """n lines of `words` of tiny_checkpoint's 20 words each, different up to 20^words lines."""
+    vocabulary = tiny_checkpoint.WORDS
+    lines = (" ".join(vocabulary[(i + offset) // 20**k % 20] for k in range(words)) for i in range(n))
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+FAST = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "1"]  # one decoding step: the reading is what is measured
+
+
+@pytest.mark.slow
+def test_translate_memory_does_not_grow_with_the_input(world, tmp_path):
+    """Peak memory above the level right after the model is loaded: 200,000 lines need at most 20% more than
+    2,000 (holding the lines would take tens of MB more: 200,000 Python strings of ~60 bytes, and their lists).
+    Two-word lines, so that batches take few shapes: oneDNN's kernel per row count, bounded whatever the input
+    (tests/test_cpu_linear.py), would otherwise appear gradually over the first tens of thousands of lines."""
+    growth = {}
+    for n in (2_000, 200_000):
+        source = _lines(tmp_path / f"{n}.txt", n)
+        growth[n] = _growth("translate", ["--checkpoint", world["ckpt"], "--input", source, "--output",
+                                          str(tmp_path / "out.txt"), *FAST])  # fmt: skip
+    assert growth[200_000] <= 1.2 * growth[2_000], growth
+
+
+@pytest.mark.slow
+def test_evaluate_memory_does_not_grow_with_the_test_set(world, tmp_path):
+    """The same for transformer-evaluate translating --src and scoring against --ref: 80,000 lines need at most 20%
+    more than 2,000. The references differ line by line: past 65,536 different lines sacreBLEU's tokenizer caches
+    alone would add about 40 MB (corpus_stats.CorpusStats.clear_caches)."""
+    growth = {}
+    for n in (2_000, 80_000):
+        source, reference = _lines(tmp_path / "src", n), _lines(tmp_path / "ref", n, words=4, offset=7)
+        growth[n] = _growth("evaluate", ["--checkpoint", world["ckpt"], "--src", source, "--ref", reference,
+                                         "--output", str(tmp_path / "hyp"), "--metrics", "bleu", *FAST])  # fmt: skip
+    assert growth[80_000] <= 1.2 * growth[2_000], growth

@@ -5,12 +5,13 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 import torch
-from fs_faults import full_dir, readonly_dir
+from fs_faults import full_dir, killed_write, readonly_dir
 
 from transformer.checkpoint import load_checkpoint, save_checkpoint
 from transformer.errors import UserError
@@ -20,6 +21,7 @@ from transformer.fileio import (
     atomic_output,
     check_not_an_input,
     os_error,
+    remove_stale_temporaries,
     signals_raise,
     utf8_lines,
     write_text,
@@ -110,6 +112,28 @@ def test_run_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path):
     (tmp_path / "train.lock").write_text(f"{dead.pid} {os.uname().nodename}\n")
     with RunLock(tmp_path):  # kill -9 left this lock: taken over
         assert (tmp_path / "train.lock").read_text().split()[0] == str(os.getpid())
+
+
+def test_temporary_files_name_their_writer(tmp_path):
+    with atomic_output(tmp_path / "out.txt") as f:
+        f.write("new\n")
+        (temporary,) = [p.name for p in tmp_path.iterdir()]
+    assert temporary.startswith(f".out.txt.{os.getpid()}@{socket.gethostname()}.") and temporary.endswith(".tmp")
+
+
+def test_only_the_temporaries_of_dead_writers_are_removed(tmp_path):
+    """A write killed with SIGKILL leaves its temporary file: removed. Kept: one that this live process is writing,
+    one from another host (its PID means nothing here), one that names no writer, and everything else."""
+    host = socket.gethostname()
+    dead, dead_pid = killed_write(tmp_path / "checkpoint_4.pt", size=1234)
+    assert dead.name.startswith(f".checkpoint_4.pt.{dead_pid}@{host}.") and dead.stat().st_size == 1234
+    kept = [f".checkpoint_6.pt.{os.getpid()}@{host}.k2j4h5g6.tmp", f".checkpoint_5.pt.{dead_pid}@other-host.a.tmp",
+            ".checkpoint_3.pt.ab12cd34.tmp", "checkpoint_2.pt", "notes.tmp"]  # fmt: skip
+    for name in kept:
+        (tmp_path / name).write_bytes(b"y")
+    assert remove_stale_temporaries(tmp_path) == [(dead, 1234)]
+    assert sorted(os.listdir(tmp_path)) == sorted(kept)
+    assert remove_stale_temporaries(tmp_path) == []
 
 
 def test_read_only_folder(tmp_path):

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from transformer.errors import ConfigError
+from transformer.fileio import decode_utf8
 from transformer.paths import find_config, resolve_split_paths
 from transformer.typecheck import build
 
@@ -316,7 +317,7 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
     path = find_config(path)
     _require(path.is_file(), f"config file not found: {path} (looked in {Path.cwd()})")
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        tree = yaml.safe_load(decode_utf8(path.read_bytes(), path)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from transformer.errors import UserError
@@ -29,3 +31,14 @@ def avoid_cudnn_attention() -> None:
     """
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+# What a CUDA allocation that does not fit raises; torch >= 2.5 also names it torch.OutOfMemoryError (the same class)
+OutOfMemoryError: type[RuntimeError] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def out_of_memory(exc: BaseException, what: str, fix: str) -> UserError:
+    """One line for an `OutOfMemoryError` caught where the work ran: what ran (the batch's size), the size torch
+    failed to allocate, and the setting to lower."""
+    tried = re.search(r"[Tt]ried to allocate ([\d.]+ \w+)", str(exc))
+    return UserError(f"out of GPU memory {what}{f' (tried to allocate {tried[1]})' if tried else ''}: {fix}")

@@ -16,7 +16,8 @@ What the scores mean:
 - `score_systems`: any of BLEU / chrF / TER (`chrf_word_order=2` is chrF++), BLEU's `tokenize` and `lowercase`,
   several reference streams, and for two or more systems sacreBLEU's `PairedTest` (paired bootstrap resampling or
   approximate randomisation against the first system, the baseline), exactly what `sacrebleu REF... -i SYS...
-  -m ... --paired-bs|--paired-ar` computes.
+  -m ... --paired-bs|--paired-ar` computes. Files are read a chunk of lines at a time and only the metrics'
+  sufficient statistics are kept (`score_rows`, corpus_stats.py), so memory does not grow with their length.
 - Test sets by sacreBLEU name (`wmt14/full`, `en-de`) are downloaded by sacreBLEU into ~/.sacrebleu; without the
   internet that fails with a `UserError` that says to pass local files instead.
 """
@@ -26,12 +27,14 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
+from transformer.config import CHUNK_LINES
+from transformer.corpus_stats import CorpusStats, aligned_lines, chunks, paired_test
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -64,14 +67,27 @@ def paper_tokenizer(lang: str | None = None) -> tuple[Callable[[str], str], str]
     return lambda line: moses.tokenize(line, return_str=True, escape=False), f"Moses tokens (sacremoses, -l {lang})"
 
 
+def tok_bleu_metric(lang: str | None = None) -> tuple[BLEU, Callable[[str], str], str]:
+    """(metric, prepare, tokenizer name) of the paper-style score: `prepare` tokenizes and compound-splits a line,
+    the metric is BLEU without further tokenization or smoothing."""
+    tokenize, name = paper_tokenizer(lang)
+    return (
+        BLEU(tokenize="none", smooth_method="none", force=True),
+        lambda line: compound_split(tokenize(line.strip())),
+        name,
+    )
+
+
+def _tok_bleu_detail(score: Any, name: str, metric: BLEU) -> str:
+    return f"{score} ({name}, ##AT## compound split, {metric.get_signature()})"
+
+
 def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str | None = None) -> tuple[float, str]:
     """The paper-style score and its description line (see the module docstring); `lang`: the target language."""
     _check_parallel(hypotheses, references)
-    tokenize, name = paper_tokenizer(lang)
-    prepare = lambda lines: [compound_split(tokenize(line.strip())) for line in lines]
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    score = metric.corpus_score(prepare(hypotheses), [prepare(references)])
-    return score.score, f"{score} ({name}, ##AT## compound split, {metric.get_signature()})"
+    metric, prepare, name = tok_bleu_metric(lang)
+    score = metric.corpus_score([prepare(line) for line in hypotheses], [[prepare(line) for line in references]])
+    return score.score, _tok_bleu_detail(score, name, metric)
 
 
 def corpus_scores(
@@ -118,11 +134,11 @@ TOKENIZERS = ("13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none", "flor
 
 
 def make_metrics(
-    names: Sequence[str], references: list[list[str]], *, tokenize: str | None = None, lowercase: bool = False,
-    chrf_word_order: int = 0,
+    names: Sequence[str], references: list[list[str]] | None = None, *, tokenize: str | None = None,
+    lowercase: bool = False, chrf_word_order: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
-    """sacreBLEU metric objects by our name, references cached. `tokenize` and `lowercase` are BLEU's (and chrF's
-    lowercase); TER keeps sacreBLEU's defaults (case-insensitive), as the `sacrebleu` command line does."""
+    """sacreBLEU metric objects by our name (references cached when given). `tokenize` and `lowercase` are BLEU's
+    (and chrF's lowercase); TER keeps sacreBLEU's defaults (case-insensitive), as the `sacrebleu` command line does."""
     metrics: dict[str, Any] = {}
     try:
         for name in dict.fromkeys(names):
@@ -140,69 +156,101 @@ def make_metrics(
 
 
 def score_systems(
-    systems: dict[str, list[str]], references: list[list[str]], *, metrics: Sequence[str] = ("bleu", "chrf"),
-    tokenize: str | None = None, lowercase: bool = False, chrf_word_order: int = 0, paired: str | None = None,
-    paired_n: int = 0,
+    systems: dict[str, Iterable[str]], references: Sequence[Iterable[str]], *, reference_names: Sequence[str] = (),
+    **options: Any,
 ) -> dict[str, Any]:  # fmt: skip
-    """Score each system (name -> hypotheses) against one or more reference streams, through sacreBLEU.
+    """Score each system (name -> its lines) against one or more reference streams, through sacreBLEU: lists, or
+    iterables read a chunk at a time (`score_rows`, which takes `options`); `reference_names` name the references
+    in errors (default: "the reference", "reference 2", ...)."""
+    names = list(reference_names) or ["the reference", *(f"reference {i}" for i in range(2, len(references) + 1))]
+    if not references or not systems:
+        raise UserError("nothing to score: give at least one system and one reference")
+    rows = aligned_lines([*systems.values(), *references], [*systems, *names])
+    return score_rows(rows, list(systems), names, **options)
+
+
+def score_rows(
+    rows: Iterable[Sequence[str]], system_names: list[str], reference_names: list[str], *,
+    metrics: Sequence[str] = ("bleu", "chrf"), tokenize: str | None = None, lowercase: bool = False,
+    chrf_word_order: int = 0, paired: str | None = None, paired_n: int = 0, tok_bleu: bool = False,
+    lang: str | None = None, chunk_lines: int = CHUNK_LINES,
+) -> dict[str, Any]:  # fmt: skip
+    """Score line-aligned rows (each: a line of every system, then a line of every reference) through sacreBLEU, a
+    chunk of `chunk_lines` rows at a time (corpus_stats.py: the scores are sacreBLEU's corpus scores exactly).
 
     paired: "bs" (paired bootstrap resampling) or "ar" (approximate randomisation) compares every system with the
     first one, the baseline, through `sacrebleu.significance.PairedTest` (seed SACREBLEU_SEED, 12345 by default;
-    `paired_n` 0 = sacreBLEU's 1000 resamples / 10000 trials). Returns {"sentences", "references", "paired_test",
-    "systems": [{"name", "scores": {metric name: {"score", "signature", "detail", and with a paired test "p_value",
-    "mean", "ci"}}}]}, metric names as sacreBLEU prints them (BLEU, chrF2, chrF2++, TER).
+    `paired_n` 0 = sacreBLEU's 1000 resamples / 10000 trials). tok_bleu: the first system's paper-style score
+    against the first reference too (`lang`: the target language). Returns {"sentences", "references",
+    "paired_test", "systems": [{"name", "scores": {metric name: {"score", "signature", "detail", and with a paired
+    test "p_value", "mean", "ci"}}}]} (and "tok_bleu", "tok_bleu_detail", "tok_bleu_label"), metric names as
+    sacreBLEU prints them (BLEU, chrF2, chrF2++, TER).
     """
-    _check_systems(systems, references)
-    if len(systems) > 1 and paired is None:
+    if paired and len(system_names) < 2:
+        raise UserError("a paired test compares systems: give two or more with --hyp BASELINE SYSTEM ...")
+    if len(system_names) > 1 and paired is None:
         log.info("several systems: scoring each; --paired-bs or --paired-ar tests the differences")
-    options = dict(tokenize=tokenize, lowercase=lowercase, chrf_word_order=chrf_word_order)
-    objects = make_metrics(metrics, references, **options)
-    results = [{"name": name, "scores": _system_scores(objects, hyps)} for name, hyps in systems.items()]
-    record: dict[str, Any] = {"sentences": len(references[0]), "references": len(references), "systems": results}
+    objects = make_metrics(metrics, tokenize=tokenize, lowercase=lowercase, chrf_word_order=chrf_word_order)
+    systems = [{key: CorpusStats(m, per_sentence=bool(paired)) for key, m in objects.items()} for _ in system_names]
+    extra = tok_bleu_metric(lang) if tok_bleu else None
+    paper = CorpusStats(extra[0], prepare=extra[1]) if extra else None
+    sentences = _accumulate(rows, systems, paper, chunk_lines)
+    if not sentences:
+        raise UserError(f"nothing to score: {reference_names[0]} has no lines")
+    results = [_system_record(name, system) for name, system in zip(system_names, systems)]
+    record: dict[str, Any] = {"sentences": sentences, "references": len(reference_names), "systems": results}
     if paired:
-        if len(systems) < 2:
-            raise UserError("a paired test compares systems: give two or more with --hyp BASELINE SYSTEM ...")
-        fresh = make_metrics(metrics, references, **options)
-        record["paired_test"] = _paired_test(systems, results, fresh, paired=paired, paired_n=paired_n)
+        record["paired_test"] = _paired_test(dict(zip(system_names, systems)), results, paired, paired_n)
+    if paper is not None:
+        score = paper.score()
+        record |= {"tok_bleu": score.score, "tok_bleu_detail": _tok_bleu_detail(score, extra[2], extra[0]),
+                   "tok_bleu_label": TOK_BLEU_LABEL}  # fmt: skip
     return record
 
 
-def _check_systems(systems: dict[str, list[str]], references: list[list[str]]) -> None:
-    """At least one system and one reference stream, all of the same length."""
-    if not references or not systems:
-        raise UserError("nothing to score: give at least one system and one reference")
-    for ref in references[1:]:
-        if len(ref) != len(references[0]):
-            raise UserError(f"the references differ in length ({len(references[0])} and {len(ref)} lines)")
-    for name, hyps in systems.items():
-        if len(hyps) != len(references[0]):
-            raise UserError(f"{name} has {len(hyps)} lines but the reference has {len(references[0])}")
+def _accumulate(rows: Iterable[Sequence[str]], systems: list[dict[str, CorpusStats]], paper: CorpusStats | None,
+                chunk_lines: int) -> int:  # fmt: skip
+    """Add the rows to every system's statistics (and the first system's, first reference's paper-style BLEU), a
+    chunk at a time; returns the number of rows."""
+    sentences = 0
+    for chunk in chunks(rows, chunk_lines):
+        columns = list(zip(*chunk))  # a tuple of lines for each system, then each reference
+        for hypotheses, system in zip(columns, systems):
+            for stats in system.values():
+                stats.add(hypotheses, columns[len(systems) :])
+        if paper is not None:
+            paper.add(columns[0], columns[len(systems) : len(systems) + 1])
+        for stats in systems[0].values():  # the systems share their metrics, and the metrics' tokenizers
+            stats.clear_caches()
+        sentences += len(chunk)
+    return sentences
 
 
-def _system_scores(metrics: dict[str, Any], hypotheses: list[str]) -> dict[str, dict[str, Any]]:
-    """One system's corpus scores: metric name as sacreBLEU prints it -> {"score", "signature", "detail"}."""
+def _system_record(name: str, system: dict[str, CorpusStats]) -> dict[str, Any]:
+    """One system's corpus scores: metric name as sacreBLEU prints it -> {"score", "signature", "detail"}; a warning
+    when its output looks tokenized, as sacreBLEU gives."""
     scores = {}
-    for metric in metrics.values():
-        score = metric.corpus_score(hypotheses, None)
-        scores[score.name] = {"score": score.score, "signature": str(metric.get_signature()), "detail": str(score)}
-    return scores
+    for stats in system.values():
+        score = stats.score()
+        scores[score.name] = {"score": score.score, "signature": str(stats.metric.get_signature()),
+                              "detail": str(score)}  # fmt: skip
+        if stats.tokenized_periods >= 100:
+            log.warning("%s: %d lines end in a tokenized period (' .'): it looks like the output is not detokenized, "
+                        "which lowers BLEU", name, stats.tokenized_periods)  # fmt: skip
+    return {"name": name, "scores": scores}
 
 
 def _paired_test(
-    systems: dict[str, list[str]], results: list[dict[str, Any]], metrics: dict[str, Any], *, paired: str,
-    paired_n: int,
-) -> dict[str, Any]:  # fmt: skip
-    """sacreBLEU's `PairedTest` of every system against the first, on unused `metrics` objects: adds "p_value",
+    systems: dict[str, dict[str, CorpusStats]], results: list[dict[str, Any]], paired: str, paired_n: int
+) -> dict[str, Any]:
+    """sacreBLEU's `PairedTest` of every system against the first (corpus_stats.paired_test): adds "p_value",
     "mean", "ci" and the test's signature to each of `results`' scores; returns the test's description."""
-    from sacrebleu.significance import PairedTest
-
-    test = PairedTest(list(systems.items()), metrics, references=None, test_type=paired, n_samples=paired_n)
-    signatures, table = test()
+    n_samples, signatures, table = paired_test(systems, test_type=paired, n_samples=paired_n)
     for metric_name, signature in signatures.items():
         for system, result in zip(results, table[metric_name]):
             values = {k: None if v is None else float(v) for k, v in vars(result).items()}
             system["scores"][metric_name].update(values, signature=signature.format())
-    return {"type": paired, "n": test.n_samples, "baseline": next(iter(systems))}
+    return {"type": paired, "n": n_samples, "baseline": next(iter(systems))}
 
 
 def format_systems(record: dict[str, Any]) -> str:

@@ -9,7 +9,11 @@ input with line numbers, and file-system errors turned into one-line `UserError`
   symbolic or hard links.
 - `RunLock(folder)`: `train.lock` created with O_EXCL holding the owner's PID and host; a second run is refused
   naming the holder; a lock whose process is gone (kill -9) is taken over.
+- Temporary files are named `.<name>.<PID>@<host>.<random>.tmp` after their writer, so that
+  `remove_stale_temporaries(folder)` (run by the holder of the folder's lock) removes those a killed process left
+  (a checkpoint's can be gigabytes) and never one that a live process may still be writing.
 - `os_error(exc, path)`: ENOSPC, EROFS, EACCES, ENOTDIR, EEXIST, ... as one line naming the path and the fix.
+- `decode_utf8`, `utf8_lines`: text that is not UTF-8 is one line naming the file, the line and the byte offset.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import socket
 import tempfile
@@ -87,7 +92,7 @@ def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer()}.", suffix=".tmp")
     except OSError as exc:
         raise os_error(exc, path) from None
     try:
@@ -103,6 +108,30 @@ def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             raise os_error(exc, path) from None
         raise
     _fsync_folder(path.parent)
+
+
+def _writer() -> str:
+    """Who writes a temporary file, in its name: `PID@host` (`remove_stale_temporaries` reads it back)."""
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[^/]+)\.[^.]+\.tmp$")  # `atomic_output`'s names
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[tuple[Path, int]]:
+    """Remove the temporary files of `atomic_output` in `folder` whose writer, named in the file name, is a process
+    of this host that is no longer running (a write killed by kill -9 or a pre-emption); a live process's, another
+    host's and one not named are kept. Returns (path, bytes) of those removed. For the holder of the folder's
+    `RunLock`, which no other run of this project writes into."""
+    removed, host = [], socket.gethostname()
+    for path in sorted(Path(folder).glob(".*.tmp")):
+        match = _TEMPORARY.match(path.name)
+        if match and match["host"] == host and not _alive(int(match["pid"])):
+            with contextlib.suppress(OSError):  # removed meanwhile by someone else, or not ours to remove
+                size = path.stat().st_size
+                path.unlink()
+                removed.append((path, size))
+    return removed
 
 
 def _umask() -> int:
@@ -129,18 +158,26 @@ def write_text(path: str | Path, text: str) -> None:
 # ------------------------------------------------------------------------------------------------- input
 
 
-def utf8_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
-    """Decode byte lines as UTF-8, newline removed; a leading byte-order mark is not text.
-
-    A line that is not UTF-8 is a `UserError` naming `name` and the line number.
+def decode_utf8(raw: bytes, name: str | Path, *, first_line: int = 1, first_byte: int = 0) -> str:
+    """The bytes of file `name` from byte `first_byte` (line `first_line`) as text; a byte-order mark at the start
+    of the file is not text. Bytes that are not UTF-8 are a `UserError` naming the file, the line and the byte offset.
     """
+    bom = 3 if first_byte == 0 and raw.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return str(memoryview(raw)[bom:], "utf-8")  # no copy of `raw`
+    except UnicodeDecodeError as exc:
+        start = bom + exc.start
+        line = first_line + raw.count(b"\n", 0, start)
+        raise UserError(f"{name} line {line} is not valid UTF-8 (byte offset {first_byte + start}: {exc.reason}); "
+                        "convert it to UTF-8") from None  # fmt: skip
+
+
+def utf8_lines(lines: Iterable[bytes], name: str | Path) -> Iterator[str]:
+    """Decode byte lines as UTF-8 (`decode_utf8`: the same errors, the byte-order mark dropped), newline removed."""
+    offset = 0
     for number, raw in enumerate(lines, start=1):
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{name} line {number} is not valid UTF-8 ({exc.reason}); convert it to UTF-8") from None
+        yield decode_utf8(raw, name, first_line=number, first_byte=offset).rstrip("\r\n")
+        offset += len(raw)
 
 
 # ------------------------------------------------------------------------------------------------- signals

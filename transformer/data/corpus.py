@@ -26,7 +26,7 @@ import itertools
 import logging
 import lzma
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ import numpy as np
 
 from transformer.config import DataConfig, SplitConfig
 from transformer.errors import UserError
+from transformer.fileio import decode_utf8, utf8_lines
 
 log = logging.getLogger(__name__)
 
@@ -56,34 +57,47 @@ def _check_file(path: str | Path, what: str) -> Path:
     return Path(path)
 
 
-def _decode(raw: bytes, path: Path, first_line: int = 1) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = first_line + raw.count(b"\n", 0, exc.start)
-        raise UserError(f"{path} line {line} is not valid UTF-8 ({exc.reason}); convert the file to UTF-8") from None
-
-
 def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
     """The lines of a UTF-8 text file (plain, .gz or .xz), stripped; only the first `limit` lines when given."""
     path = _check_file(path, "data file")
     try:
         with _open_binary(path) as f:
             if limit is None:
-                raw = f.read()
-                if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
-                    raw = raw[3:]
-                text = _decode(raw, path)
-                lines = text.split("\n")
+                lines = decode_utf8(f.read(), path).split("\n")
                 if lines and lines[-1] == "":  # the final newline ends the last line, it does not start a new one
                     lines.pop()
             else:
-                lines = [_decode(line, path, n) for n, line in enumerate(itertools.islice(f, limit), start=1)]
-                if lines and lines[0].startswith("\ufeff"):
-                    lines[0] = lines[0][1:]
+                lines = list(itertools.islice(utf8_lines(f, path), limit))
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
     return [line.strip() for line in lines]
+
+
+def stream_lines(path: str | Path) -> Iterator[str]:
+    """`read_lines`, one line at a time: memory holds one line, not the file. The file is checked at once; a
+    read or decoding error is raised when its line is reached."""
+    path = _check_file(path, "data file")
+
+    def lines() -> Iterator[str]:
+        try:
+            with _open_binary(path) as f:
+                yield from (line.strip() for line in utf8_lines(f, path))
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise UserError(f"cannot read {path}: {exc}") from None
+
+    return lines()
+
+
+def count_lines(path: str | Path) -> int:
+    """How many lines `stream_lines` gives, read in blocks (a last line without a newline counts)."""
+    path, count, last = _check_file(path, "data file"), 0, b"\n"
+    try:
+        with _open_binary(path) as f:
+            while block := f.read(1 << 20):
+                count, last = count + block.count(b"\n"), block[-1:]
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    return count + (last != b"\n")
 
 
 def _check_not_empty(src: list[str], tgt: list[str], name: str) -> None:

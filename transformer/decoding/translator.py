@@ -34,7 +34,7 @@ from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.search import generate
-from transformer.devices import avoid_cudnn_attention
+from transformer.devices import OutOfMemoryError, avoid_cudnn_attention, out_of_memory
 from transformer.errors import UserError
 from transformer.model.attention import make_pad_mask
 from transformer.precision import autocast, resolve_precision
@@ -143,13 +143,27 @@ class Translator:
         src = src.to(self.device)
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
         with autocast(self.precision, self.device):
-            hypotheses = generate(
-                self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
-            )
-            flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
-            links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
+            try:
+                hypotheses = generate(
+                    self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
+                )
+                flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
+                links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
+            except OutOfMemoryError as exc:
+                raise self._out_of_memory(exc, sentences=B, length=S) from None
         texts = iter(self.tokenizer.decode_tgt([tokens for _, tokens in flat]))
         return [
             [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
             for hyps in hypotheses
         ]
+
+    def _out_of_memory(self, exc: BaseException, *, sentences: int, length: int) -> UserError:
+        beam = f", beam {self.settings.beam_size}" if self.settings.search == "beam" else ""
+        what = f"decoding a batch of {sentences} sentences of up to {length} source tokens{beam}"
+        limit = self.settings.max_tokens
+        if sentences == 1:  # no smaller batch to make
+            return out_of_memory(
+                exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu"
+            )
+        return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
+                             f"{limit // 2}")  # fmt: skip

@@ -21,7 +21,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer.checkpoint import save_rotating
 from transformer.config import Config, parse_duration, save_config
-from transformer.fileio import RunLock
+from transformer.devices import OutOfMemoryError, out_of_memory
+from transformer.errors import UserError
+from transformer.fileio import RunLock, remove_stale_temporaries
 from transformer.training import optim
 from transformer.training.distributed import any_rank, barrier
 from transformer.training.feedback import RunLog, advance, training_bar
@@ -135,9 +137,12 @@ class Trainer:
             log.info("saved %s (%s)", path, reason)
 
     def run(self, *, final_validation: bool = True) -> dict[str, Any]:
-        """Train until a stop condition, holding the run directory's lock (train.lock). `final_validation=False`: no
-        off-schedule validation at the end (a run continued in pieces validates as an uninterrupted one would)."""
+        """Train until a stop condition, holding the run directory's lock (train.lock), with which it first removes
+        the temporary files that killed writes left there. `final_validation=False`: no off-schedule validation at
+        the end (a run continued in pieces validates as an uninterrupted one would)."""
         with RunLock(self.out_dir) if self.is_main else contextlib.nullcontext():
+            if self.is_main:
+                remove_killed_writes(self.out_dir)
             return self._run(final_validation)
 
     def _run(self, final_validation: bool) -> dict[str, Any]:
@@ -187,11 +192,8 @@ class Trainer:
             if not drawn:  # the source is exhausted (the thread is done with the sampler): its final state
                 self.sampler_trained = self.sampler.state_dict()
                 return "max_epochs"
-            stats = optim.train_update(
-                run.net, [batch for _, batch in drawn], self.optimizer, train=cfg,
-                lr=scheduled_lr(self.config, stops, self.step + 1, self.elapsed()),
-                precision=run.precision, scaler=run.scaler, pad_id=self.model.pad_id,
-            )  # fmt: skip
+            lr = scheduled_lr(self.config, stops, self.step + 1, self.elapsed())
+            stats = checked_update(self, [batch for _, batch in drawn], lr)
             self.sampler_trained = drawn[-1][0]
             window.add(stats)
             # the schedule and max_steps advance on applied updates only
@@ -219,3 +221,49 @@ class Trainer:
         if cfg.valid_every and self.step % cfg.valid_every == 0 and self.validate(self.step):
             return "patience"
         return stops.reason(self.step, self.elapsed())
+
+
+def checked_update(trainer: Trainer, micro_batches: list, lr: float) -> optim.UpdateStats:
+    """The trainer's next optimizer update (`optim.train_update`); running out of GPU memory is a `UserError` naming
+    the micro-batch and the settings to lower, and leaves the checkpoints as they are."""
+    cfg, run = trainer.train_cfg, trainer.setup
+    try:
+        return optim.train_update(
+            run.net, micro_batches, trainer.optimizer, lr=lr, train=cfg, precision=run.precision, scaler=run.scaler,
+            pad_id=trainer.model.pad_id,
+        )  # fmt: skip
+    except OutOfMemoryError as exc:
+        raise out_of_memory_in_update(exc, micro_batches, cfg, trainer.out_dir) from None
+
+
+def remove_killed_writes(out_dir: Path) -> None:
+    """Remove the temporary files that writes killed half-way left in the run directory (its lock is held), and
+    say so in one line."""
+    if removed := remove_stale_temporaries(out_dir):
+        names = ", ".join(path.name for path, _ in removed)
+        log.info("removed %d temporary file(s), %.1f MB, left in %s by writes that were killed: %s", len(removed),
+                 sum(size for _, size in removed) / 1e6, out_dir, names)  # fmt: skip
+
+
+def out_of_memory_in_update(exc: BaseException, micro_batches: list, cfg, out_dir: Path) -> UserError:
+    """The one-line error for an update that ran out of GPU memory: its largest micro-batch, the setting to lower
+    (train.max_tokens; the update's size is kept by accumulating more micro-batches) and the checkpoint to go on
+    from."""
+    largest = max(micro_batches, key=lambda b: b.src.numel() + b.tgt_in.numel())
+    (B, S), T = largest.src.shape, largest.tgt_in.shape[1]
+    what = (f"in a training update, on a micro-batch of {B} sentences, {largest.n_tgt_tokens:,} target tokens "
+            f"(padded: {B}x{S} source, {B}x{T} target)")  # fmt: skip
+    keep = (
+        f"and double train.accumulation (now {cfg.accumulation}) to keep the update's size"
+        if cfg.accumulation
+        else f"train.update_tokens ({cfg.update_tokens:,}) stays: more micro-batches are accumulated per update"
+    )
+    last = out_dir / "checkpoint_last.pt"
+    saved = (
+        f"the last checkpoint, {last}, is intact (--resume needs the same train.max_tokens; --set "
+        f"train.init_from={last} starts from its weights)"
+        if last.exists()
+        else "no checkpoint was written yet"
+    )
+    return out_of_memory(exc, what, f"lower train.max_tokens (now {cfg.max_tokens:,}), e.g. --set train.max_tokens="
+                         f"{cfg.max_tokens // 2}; {keep}; {saved}")  # fmt: skip
