@@ -531,9 +531,9 @@ def test_progress_shows_lines_done_and_the_time_left(world, tmp_path, monkeypatc
 
     real = Translator._translate_batch
 
-    def slow(self, sources):  # a batch takes 0.06 s, so that the bar redraws (at most every 0.1 s) part-way
+    def slow(self, *args, **kwargs):  # a batch takes 0.06 s, so that the bar redraws (at most every 0.1 s) part-way
         time.sleep(0.06)
-        return real(self, sources)
+        return real(self, *args, **kwargs)
 
     (tmp_path / "in.txt").write_text("the cat\n" * 8, encoding="utf-8")
     monkeypatch.setattr(Translator, "_translate_batch", slow)
