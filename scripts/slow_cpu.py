@@ -3,8 +3,8 @@
     python scripts/slow_cpu.py --speed 0.3 -- make demo
     python scripts/slow_cpu.py --updates-per-second 2.42 -- make demo
 
-2.42 updates per second is the demo's training rate on a 2-core AMD EPYC of an older generation (family 23, AVX2
-only): 1,826 updates in 12.6 minutes (docs/demo-tuning.md).
+2.42 updates per second is the reference workload's training rate (the demo's shape until 2026-11-25) on a 2-core
+AMD EPYC of an older generation (family 23, AVX2 only): 1,826 updates in 12.6 minutes (docs/demo-tuning.md).
 """
 
 from __future__ import annotations
@@ -12,14 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer.benchmarks.throttle import demo_update_rate, run_throttled
+from transformer.benchmarks.throttle import reference_update_rate, run_throttled
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     speed = parser.add_mutually_exclusive_group(required=True)
     speed.add_argument("--speed", type=float, help="the fraction of this CPU to give the command, in (0, 1]")
-    speed.add_argument("--updates-per-second", type=float, help="the demo's training rate to imitate (probed)")
+    speed.add_argument(
+        "--updates-per-second",
+        type=float,
+        help="the reference workload's training rate to imitate (probed here; benchmarks/throttle.py)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -27,9 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command to run after --")
     fraction = args.speed
     if args.updates_per_second:
-        rate = demo_update_rate()
+        rate = reference_update_rate()
         fraction = min(args.updates_per_second / rate, 1.0)
-        print(f"slow_cpu: this machine trains the demo at {rate:.2f} updates/s; speed {fraction:.3f}", file=sys.stderr)
+        print(
+            f"slow_cpu: this machine trains the reference workload at {rate:.2f} updates/s; speed {fraction:.3f}",
+            file=sys.stderr,
+        )
     if not 0 < fraction <= 1:
         parser.error(f"--speed must be in (0, 1], got {fraction}")
     return run_throttled(command, fraction)
