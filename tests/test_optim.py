@@ -13,7 +13,6 @@ from conftest import EOS, PAD, tiny_model
 from transformer.config import TrainConfig
 from transformer.data.batching import Batch, collate
 from transformer.data.prepare import EncodedSplit
-from transformer.errors import ConfigError
 from transformer.training import optim
 
 
@@ -42,26 +41,6 @@ def test_noam_schedule_values(step, expected):
 def test_inverse_sqrt_schedule():
     lr = lambda s: optim.inverse_sqrt_lr(s, peak_lr=1e-3, warmup_steps=100)
     assert lr(50) == pytest.approx(5e-4) and lr(100) == pytest.approx(1e-3) and lr(400) == pytest.approx(5e-4)
-
-
-# The cooldown: 1 before the run's last `cooldown` fraction, then (1 - progress) / cooldown, 0 at the end.
-@pytest.mark.parametrize("progress, expected", [(0.0, 1.0), (0.5, 1.0), (0.75, 1.0), (0.8, 0.8), (0.9, 0.4), (1.0, 0.0),
-                                                (1.2, 0.0)])  # fmt: skip
-def test_cooldown_falls_linearly_to_zero_over_the_last_fraction(progress, expected):
-    assert optim.cooldown_factor(progress, 0.25) == pytest.approx(expected)
-    assert optim.cooldown_factor(progress, 0.0) == 1.0  # off
-
-
-def test_learning_rate_is_the_schedule_times_the_cooldown():
-    train = TrainConfig(lr_schedule="inverse_sqrt", lr=1e-3, warmup_steps=100, cooldown=0.5, max_steps=1000)
-    assert optim.learning_rate(400, train, None, progress=0.4) == pytest.approx(5e-4)  # before the cooldown
-    assert optim.learning_rate(400, train, None, progress=0.75) == pytest.approx(5e-4 * 0.5)
-
-
-def test_a_cooldown_needs_a_run_length():
-    with pytest.raises(ConfigError, match="train.cooldown needs"):
-        TrainConfig(cooldown=0.3, max_steps=0)
-    TrainConfig(cooldown=0.3, max_steps=0, max_time="10m")
 
 
 def _update(model, batches, train, precision="fp32"):

@@ -263,17 +263,6 @@ def test_skipped_updates_do_not_advance_the_schedule_or_max_steps(tmp_path, cach
     assert state["step"] == 4 and state["progress"]["skipped"] == 2
 
 
-def test_the_cooldown_follows_the_runs_progress(tmp_path, cache, monkeypatch):
-    """train.cooldown 0.5 of 4 updates: update s is at progress s/4, so the factors are 1, 1, 0.5 and 0."""
-    from transformer.training import optim
-
-    calls = _fake_updates(monkeypatch, lambda n: (False, False))
-    config = _config(tmp_path, cache, "train.max_steps=4", "train.save_every=0", "train.cooldown=0.5")
-    Trainer(config, progress=False).run()
-    base = [optim.learning_rate(s, config.train, config.model) for s in (1, 2, 3, 4)]  # progress 0: the schedule
-    assert calls == pytest.approx([base[0], base[1], 0.5 * base[2], 0.0])
-
-
 def test_nan_patience_counts_non_finite_gradients(tmp_path, cache, monkeypatch, capsys):
     _fake_updates(monkeypatch, lambda n: (True, n > 1))  # an overflow, then non-finite gradients
     code = train_main(_args(tmp_path, "run", f"data.cache_dir={cache}", "train.nan_patience=3", "train.valid_every=0"))

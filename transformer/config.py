@@ -157,7 +157,6 @@ class TrainConfig:
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     lr: float = 5e-4  # inverse_sqrt: peak learning rate reached after warmup
     warmup_steps: int = 4000  # linear warmup, in updates
-    cooldown: float = 0.0  # last fraction of the run (of max_steps or max_time) over which the lr falls linearly to 0
     adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
     adam_eps: float = 1e-9  # Adam epsilon
     weight_decay: float = 0.0  # decoupled weight decay (AdamW); 0 = the paper's Adam
@@ -193,9 +192,6 @@ class TrainConfig:
                      "accumulation", "prefetch"):  # fmt: skip
             _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
-        _require(0 <= self.cooldown <= 1, f"train.cooldown must be in [0, 1], got {self.cooldown}")
-        ends = self.max_steps or self.max_time
-        _require(not self.cooldown or bool(ends), "train.cooldown needs the run's length: train.max_steps or max_time")
         _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
         _require(0 <= self.label_smoothing < 1, f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _require(self.clip_norm >= 0 and self.weight_decay >= 0, "train.clip_norm and weight_decay must be >= 0")

@@ -41,21 +41,11 @@ def inverse_sqrt_lr(step: int, *, peak_lr: float, warmup_steps: int) -> float:
     return peak_lr * math.sqrt(max(warmup_steps, 1) / step)
 
 
-def cooldown_factor(progress: float, cooldown: float) -> float:
-    """1 until the last `cooldown` fraction of a run, then falling linearly to 0 at its end (progress 1)."""
-    if cooldown <= 0:
-        return 1.0
-    return min(1.0, max(0.0, (1.0 - progress) / cooldown))
-
-
-def learning_rate(step: int, train: TrainConfig, model: ModelConfig, progress: float = 0.0) -> float:
-    """The learning rate for update number `step` (1-based) under the configured schedule; `progress` (the fraction
-    of the run done, see `train.cooldown`) scales it in the run's last `train.cooldown` fraction."""
+def learning_rate(step: int, train: TrainConfig, model: ModelConfig) -> float:
+    """The learning rate for update number `step` (1-based) under the configured schedule."""
     if train.lr_schedule == "noam":
-        lr = noam_lr(step, d_model=model.d_model, warmup_steps=train.warmup_steps, scale=train.lr_scale)
-    else:
-        lr = inverse_sqrt_lr(step, peak_lr=train.lr, warmup_steps=train.warmup_steps)
-    return lr * cooldown_factor(progress, train.cooldown)
+        return noam_lr(step, d_model=model.d_model, warmup_steps=train.warmup_steps, scale=train.lr_scale)
+    return inverse_sqrt_lr(step, peak_lr=train.lr, warmup_steps=train.warmup_steps)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

@@ -79,10 +79,6 @@ class StopConditions:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
-    def progress(self, step: int, elapsed: float) -> float:
-        """The fraction of the run done at update `step`: of max_steps or of max_time, whichever is further."""
-        return max(step / self.max_steps if self.max_steps else 0.0, elapsed / self.max_time)
-
     def reason(self, step: int, elapsed: float) -> str | None:
         reason = None
         if self.signal:
@@ -94,11 +90,6 @@ class StopConditions:
         if self.world > 1 and any_rank(reason is not None, self.device):
             reason = reason or "another rank stopped"
         return reason
-
-
-def scheduled_lr(config: Config, stops: StopConditions, step: int, elapsed: float) -> float:
-    """Update `step`'s learning rate: the schedule, cooled down by the run's progress (train.cooldown)."""
-    return optim.learning_rate(step, config.train, config.model, stops.progress(step, elapsed))
 
 
 class Trainer:
@@ -192,7 +183,7 @@ class Trainer:
             if not drawn:  # the source is exhausted (the thread is done with the sampler): its final state
                 self.sampler_trained = self.sampler.state_dict()
                 return "max_epochs"
-            lr = scheduled_lr(self.config, stops, self.step + 1, self.elapsed())
+            lr = optim.learning_rate(self.step + 1, cfg, self.config.model)
             stats = checked_update(self, [batch for _, batch in drawn], lr)
             self.sampler_trained = drawn[-1][0]
             window.add(stats)
