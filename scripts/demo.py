@@ -23,6 +23,11 @@ from pathlib import Path
 from transformer.commands.cli import user_errors_exit_2
 from transformer.errors import UserError
 
+# Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192)
+# learns more: at 1,826 updates of demo.yaml (an older 2-core CPU) 19.8 dev BLEU against 17.0, at 6,000 (a fast
+# one) 21.9 against 23.2 (docs/demo-tuning.md, "For the machine at hand").
+SMALL_PRESET_BELOW = 3300
+
 
 def _banner(text: str) -> None:
     print(f"\n=== {text} ===", flush=True)
@@ -68,22 +73,38 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", default="15m", help="total wall time, setup to scores, e.g. 15m or 30m")
     parser.add_argument("--started-at", type=float, help="when the budget began, in epoch seconds (default: now)")
     parser.add_argument("--time", help="train exactly this long (e.g. 11m) instead of what the budget leaves")
+    parser.add_argument("--small-config", help="a smaller preset to train instead when --config would make fewer than "
+                        f"{SMALL_PRESET_BELOW:,} updates in the time it has (probed on this machine)")  # fmt: skip
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--examples", type=int, default=5, help="test verses to show")
     return parser
 
 
-def _training_seconds(config, data, budget, device, fixed: str | None) -> tuple[float, float]:
-    """(seconds to train, seconds kept for the work after training): `fixed` (--time), or what the budget leaves
-    once the final validation and the test split's beam search have been estimated on this machine."""
-    from transformer.config import parse_duration
+def _after_training(config, data, device) -> float:
+    """Seconds to keep for the work after training: the final validation and the test split's beam search, as
+    estimated on this machine now (budget.estimate_after_training)."""
     from transformer.training.budget import estimate_after_training
 
     probe = _seconds_per_sentence(config, data, device)
     valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
     valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
-    after = estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
-    return (parse_duration(fixed) if fixed else budget.training_seconds(after=after)), after
+    return estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
+
+
+def _preset(args, config, data, device, seconds: float):
+    """(the config to train, a line saying why): --small-config when --config would make fewer than
+    `SMALL_PRESET_BELOW` updates in `seconds`, its update rate probed on this machine now (budget.update_rate)."""
+    from transformer.config import load_config
+    from transformer.training.budget import update_rate
+
+    if not args.small_config:
+        return config, args.config
+    rate = update_rate(config, data, device)
+    expected = f"{args.config} trains {rate:.1f} updates/s here: about {rate * seconds:,.0f} updates"
+    if rate * seconds >= SMALL_PRESET_BELOW:
+        return config, f"{args.config} ({expected})"
+    small = load_config(args.small_config, [f"train.out_dir={args.out}", *args.overrides])
+    return small, f"{args.small_config} ({expected}, fewer than {SMALL_PRESET_BELOW:,}: the smaller model learns more)"
 
 
 def _score_test(args, config, result: dict, budget) -> int:
@@ -140,10 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(config)
     if "test" not in data.splits:
         raise UserError(f"{args.config} has no data.test split to score the demo on")
-    seconds, after = _training_seconds(config, data, budget, device, args.time)
+    after = _after_training(config, data, device)
+    training_time = lambda: parse_duration(args.time) if args.time else budget.training_seconds(after=after)
+    config, preset = _preset(args, config, data, device, training_time())
+    seconds = training_time()  # what is left once the probes are done
     config = config.replace("train", max_time=f"{seconds:.1f}s")
 
-    _banner(f"2. Training for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)")
+    _banner(f"2. Training {preset} for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for "
+            "scoring)")  # fmt: skip
     result = Trainer(config).run()
     print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
 

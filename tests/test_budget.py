@@ -67,3 +67,19 @@ def test_at_least_a_minute_is_kept_after_training():
 )
 def test_describe(now, expected):
     assert TimeBudget(total=900.0, started=0.0, clock=FakeClock(now)).describe() == expected
+
+
+def test_the_update_rate_probe_times_training_and_leaves_the_random_state(tmp_path):
+    """A few real updates of the tiny config: a positive rate, and torch's random stream as it was (the run that
+    follows must train as if there had been no probe)."""
+    import torch
+
+    from transformer.config import load_config
+    from transformer.data.prepare import prepare_data
+    from transformer.training.budget import update_rate
+
+    config = load_config("tiny", [f"data.cache_dir={tmp_path / 'cache'}"])
+    data = prepare_data(config)
+    state = torch.get_rng_state()
+    assert update_rate(config, data, torch.device("cpu"), updates=3, warmup=1) > 0
+    assert torch.equal(torch.get_rng_state(), state)

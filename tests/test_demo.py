@@ -23,7 +23,8 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left", "2. Training for 0.1 min",
+    for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left",
+                  "2. Training configs/tiny.yaml for 0.1 min",
                   "3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint",
                   "4. Scores on 40 test verses"):  # fmt: skip
         assert stage in result.stdout
@@ -55,12 +56,40 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
 
 
 def test_example_labels_follow_the_source_language(capsys):
+    demo = _demo_module()
+    demo._show_examples(["Guten Morgen"], ["Good morning"], ["Good day"], 1, "de")
+    out = capsys.readouterr().out
+    assert "  de  | Guten Morgen" in out and "  ref | Good morning" in out and "  mt  | Good day" in out
+    assert "es " not in out
+
+
+def _demo_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    demo._show_examples(["Guten Morgen"], ["Good morning"], ["Good day"], 1, "de")
-    out = capsys.readouterr().out
-    assert "  de  | Guten Morgen" in out and "  ref | Good morning" in out and "  mt  | Good day" in out
-    assert "es " not in out
+    return demo
+
+
+@pytest.mark.parametrize("threshold, picked", [(0, "tiny.yaml"), (10**9, "small.yaml")])
+def test_the_small_preset_is_trained_when_the_config_would_make_too_few_updates(tmp_path, threshold, picked):
+    """The probe's rate times the training time against SMALL_PRESET_BELOW: no machine makes 10^9 updates in a
+    minute, every machine makes at least 0."""
+    import torch
+
+    from transformer.config import load_config
+    from transformer.data.prepare import prepare_data
+
+    demo = _demo_module()
+    demo.SMALL_PRESET_BELOW = threshold
+    (tmp_path / "small.yaml").write_text(f"base: {ROOT / 'configs' / 'tiny.yaml'}\nmodel: {{d_model: 16}}\n")
+    cache = f"data.cache_dir={tmp_path / 'cache'}"
+    args = demo._parser().parse_args(["--config", str(ROOT / "configs/tiny.yaml"), "--out", str(tmp_path / "out"),
+                                      "--small-config", str(tmp_path / "small.yaml"), "--set", cache])  # fmt: skip
+    config = load_config(args.config, [f"train.out_dir={args.out}", cache])
+    data = prepare_data(config)
+    chosen, why = demo._preset(args, config, data, torch.device("cpu"), 60.0)
+    assert why.startswith(str(tmp_path / picked) if picked == "small.yaml" else args.config)
+    assert chosen.model.d_model == (16 if picked == "small.yaml" else 32)
+    assert chosen.train.out_dir == str(tmp_path / "out") and "updates/s here: about" in why

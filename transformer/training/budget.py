@@ -1,4 +1,5 @@
-"""A wall-time budget for a whole run, setup to scores: how much is left, and how long training may take.
+"""A wall-time budget for a whole run, setup to scores: how much is left, how long training may take, and how many
+updates that buys on this machine.
 
 `make demo` promises to finish within its budget (15 minutes) counted from before `make setup`: setup, data
 preparation, training and scoring together. Training is the stretchable part, so it gets what is left once the
@@ -7,6 +8,7 @@ been estimated (beam search timed on a sample of the test split, on this machine
 
     budget = TimeBudget(total=900.0, started=start_of_make_demo)
     seconds = budget.training_seconds(after=estimate_after_training(1635, probe_seconds_per_sentence=0.06))
+    expected_updates = update_rate(config, data, device) * seconds
 """
 
 from __future__ import annotations
@@ -78,3 +80,36 @@ class TimeBudget:
         if over > 0:
             return f"{self.total / 60:.1f}-min budget overrun by {over / 60:.1f} min"
         return f"{self.left() / 60:.1f} of {self.total / 60:.1f} min left"
+
+
+def update_rate(config, data, device, *, updates: int = 16, warmup: int = 4) -> float:
+    """Training updates per second of `config` on this machine, now: a scratch model trained `warmup` + `updates`
+    updates on batches of the train split (`data`, as `prepare_data` gives it), the last `updates` timed. The random
+    state is restored afterwards, so the run that follows trains as if there had been no probe."""
+    import torch
+
+    from transformer.data.batching import collate
+    from transformer.data.tokenizer import PAD_ID
+    from transformer.model import Transformer
+    from transformer.precision import resolve_precision
+    from transformer.training import optim
+    from transformer.training.setup import make_sampler
+
+    cfg, split = config.train, data.splits["train"]
+    precision = resolve_precision(cfg.precision, device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        vocab = dict(src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size)
+        model = Transformer.from_config(config.model, **vocab, pad_id=PAD_ID).to(device)
+        optimizer = optim.make_optimizer(model, cfg)
+        scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        sampler, accumulation = make_sampler(config, data, 0, 1)
+        batches = iter(sampler)
+        for i in range(warmup + updates):
+            if i == warmup:
+                start = time.perf_counter()
+            micro = [collate(split, next(batches)).to(device) for _ in range(accumulation)]
+            optim.train_update(model, micro, optimizer, lr=optim.learning_rate(i + 1, cfg, config.model), train=cfg,
+                               precision=precision, scaler=scaler, pad_id=PAD_ID)  # fmt: skip
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return updates / (time.perf_counter() - start)
