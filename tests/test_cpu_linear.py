@@ -90,7 +90,7 @@ def _resident_kb() -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc/self/status")
 def test_few_row_counts_reach_onednn_so_its_kernels_stay_few():
     """oneDNN builds and keeps a kernel of about 0.5 MB for every row count it is called with: 1 to 300 rows, called
-    unpadded, added 169 MB here; padded to powers of two they are 10 row counts (1, 2, 4, ..., 512): about 5 MB."""
+    unpadded, added 169 MB here; padded (`padded_rows`) they are 29 row counts (1..8, 10, 12, ..., 320): about 15 MB."""
     weight, bias = torch.randn(48, 32), torch.randn(48)
     linear = PackedLinear(weight, bias)
     linear(torch.randn(3, 32))  # oneDNN's own start-up is not what is measured
