@@ -3,8 +3,9 @@
     python scripts/slow_cpu.py --speed 0.3 -- make demo
     python scripts/slow_cpu.py --updates-per-second 2.42 -- make demo
 
-2.42 updates per second is the reference workload's training rate (the demo's shape until 2026-11-25) on a 2-core
-AMD EPYC of an older generation (family 23, AVX2 only): 1,826 updates in 12.6 minutes (docs/demo-tuning.md).
+2.42 updates per second is the reference workload's training rate (configs/demo.yaml's shape, fixed in
+throttle.py) on a 2-core AMD EPYC of an older generation (family 23, AVX2 only): 1,826 updates in 12.6 minutes
+(docs/demo-tuning.md).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ network or the disk, which the stops slow down too.
 `--updates-per-second R` picks the speed from a probe: `REFERENCE_STEPS` updates of the reference workload on this
 machine, unthrottled, timed from their metrics (start-up excluded); speed = R / the rate measured. The reference
 workload is the demo's training as the slower machine was measured with it (`REFERENCE_SHAPE`: d_model 256, d_ff
-512, configs/demo.yaml's shape until 2026-11-25), whatever the demo's shape is now, so that the stand-in stays the
-same machine when the demo changes.
+512, configs/demo.yaml's shape then and on 2026-11-25), fixed here so that the stand-in stays the same machine when
+the demo's configs change.
 """
 
 from __future__ import annotations
