@@ -1,15 +1,19 @@
-"""The slower-CPU stand-in (benchmarks/throttle.py): a throttled command gets at most its share of the wall time, and
-its exit code comes back."""
+"""The slower-CPU stand-in (benchmarks/throttle.py, scripts/slow_cpu.py): a throttled command gets at most its share
+of the wall time, its exit code comes back, and the calibration times real training."""
 
 from __future__ import annotations
 
+import importlib.util
 import resource
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from transformer.benchmarks.throttle import run_throttled
+from transformer.benchmarks.throttle import reference_update_rate, run_throttled
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BUSY = "import time\ns = time.process_time()\nwhile time.process_time() - s < 0.6: pass"  # 0.6 s of CPU
 
@@ -35,3 +39,27 @@ def test_the_exit_code_and_signals_come_back():
 def test_speed_outside_0_1_is_refused(speed):
     with pytest.raises(ValueError, match="speed must be in"):
         run_throttled([sys.executable, "-c", "pass"], speed)
+
+
+def _slow_cpu_script():
+    spec = importlib.util.spec_from_file_location("slow_cpu_script", ROOT / "scripts" / "slow_cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_slow_cpu_gives_the_command_the_share_that_brings_the_reference_to_the_asked_rate(monkeypatch, capsys):
+    """The README's `python scripts/slow_cpu.py --updates-per-second 2.42 -- make demo`, with the calibration
+    stubbed (10 updates/s here, so 2.5 asked is a share of 0.25) and a short command in place of the demo."""
+    script = _slow_cpu_script()
+    monkeypatch.setattr(script, "reference_update_rate", lambda: 10.0)
+    assert script.main(["--updates-per-second", "2.5", "--", sys.executable, "-c", "raise SystemExit(4)"]) == 4
+    assert "reference workload at 10.00 updates/s; speed 0.250" in capsys.readouterr().err
+    assert script.main(["--speed", "1", "--", sys.executable, "-c", "pass"]) == 0
+
+
+@pytest.mark.slow
+def test_the_reference_rate_is_measured_by_real_training():
+    """The calibration trains the reference shape (on the tiny config's corpus here) and times updates 50..100."""
+    rate = reference_update_rate("tiny", steps=100)
+    assert 0.1 < rate < 1000
