@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from conftest import PAD, random_tokens
 
 from transformer.model.attention import attention_bias, make_pad_mask
+from transformer.model.cache import LayerCache
 from transformer.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 
 SIZES = dict(d_model=16, n_heads=2, d_ff=24, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, eps=1e-5)
@@ -77,7 +78,7 @@ def test_decoder_layer_step_equals_its_full_forward(norm_first):
     memory, x = torch.randn(2, 7, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)  # S != T
     with torch.no_grad():
         full = layer(x, memory, mask)  # (B, T, D)
-        cache = layer.init_cache(memory, beams=1, capacity=4)
+        cache = LayerCache(*layer.memory_kv(memory), slots=1, capacity=4)
         bias = attention_bias(mask, torch.float64)
         steps = torch.cat([layer.step(x[:, t : t + 1], cache, bias, None) for t in range(4)], dim=1)
     torch.testing.assert_close(steps, full)
@@ -92,7 +93,7 @@ def test_decoder_layer_step_shares_memory_across_beams():
     rows = torch.arange(2).repeat_interleave(3)  # (6,) each row's sentence
     with torch.no_grad():
         full = layer(x, memory[rows], mask[rows])  # (6, 2, 16)
-        cache = layer.init_cache(memory, beams=3, capacity=2)
+        cache = LayerCache(*layer.memory_kv(memory), slots=3, capacity=2)
         own = attention_bias(torch.eye(3, dtype=torch.bool), torch.float64)  # (K, slots): row k's history, slot k
         bias = attention_bias(mask, torch.float64)
         steps = [layer.step(x[:, t : t + 1], cache, bias, own.repeat(1, t + 1)) for t in range(2)]  # (K, (t+1)*K)

@@ -10,7 +10,7 @@ from torch import nn
 
 from transformer.config import ModelConfig
 from transformer.model.attention import make_causal_mask, make_pad_mask
-from transformer.model.cache import LayerCache
+from transformer.model.cache import LayerCache, init_cache
 from transformer.model.transformer import Transformer, count_parameters
 
 
@@ -136,7 +136,7 @@ def test_decode_step_equals_full_decode(norm_first, positional):
     with torch.no_grad():
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask).log_softmax(-1)  # (B, T, V)
-        cache = model.init_cache(memory, src_mask, beams=1, capacity=4)  # grows past 4 positions
+        cache = init_cache(model, memory, src_mask, beams=1, capacity=4)  # grows past 4 positions
         steps = torch.stack([model.decode_step(tgt[:, t : t + 1], cache) for t in range(6)], dim=1)
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
     assert cache.layers[0].keys.shape == (3, 2, 6, 8)  # (B, H, t * slots, Dh), one slot
@@ -148,7 +148,7 @@ def test_cache_keep_sentences_equals_permuted_inputs(model):
     order = torch.tensor([2, 0, 0, 1])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
-        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=8)
+        cache = init_cache(model, model.encode(src, src_mask), src_mask, beams=1, capacity=8)
         for t in range(3):
             model.decode_step(tgt[:, t : t + 1], cache)
         buffer = cache.layers[0].buffer
@@ -166,7 +166,7 @@ def test_cache_rerank_beams_leaves_cross_attention_alone(model):
     expand, within = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 3, 2])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
-        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=2, capacity=8)
+        cache = init_cache(model, model.encode(src, src_mask), src_mask, beams=2, capacity=8)
         cross_k = cache.layers[0].cross_k
         assert cross_k.size(0) == 2  # one per sentence
         for t in range(3):
@@ -185,7 +185,7 @@ def test_cache_keep_sentences_with_reranked_rows(model):
     sentences, rows = torch.tensor([0, 2]), torch.tensor([1, 1, 5, 4])
     with torch.no_grad():
         src_mask = make_pad_mask(src, PAD)
-        cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=2, capacity=2)
+        cache = init_cache(model, model.encode(src, src_mask), src_mask, beams=2, capacity=2)
         for t in range(4):
             model.decode_step(tgt[:, t : t + 1], cache)
         buffer = cache.layers[0].buffer

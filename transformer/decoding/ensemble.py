@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from transformer.errors import UserError
+from transformer.model.cache import init_cache
 
 
 def mean_log_probs(log_probs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -78,9 +79,9 @@ class Ensemble(nn.Module):
         return [model.encode(src, src_mask) for model in self.models]
 
     def init_cache(self, memory: list[torch.Tensor], src_mask: torch.Tensor, *, beams: int, capacity: int):
-        """Each model's cache from its memory (see `Transformer.init_cache`), as one `EnsembleCache`."""
+        """Each model's cache from its memory (model/cache.py's `init_cache`), as one `EnsembleCache`."""
         return EnsembleCache([
-            model.init_cache(m, src_mask, beams=beams, capacity=capacity) for model, m in zip(self.models, memory)
+            init_cache(model, m, src_mask, beams=beams, capacity=capacity) for model, m in zip(self.models, memory)
         ])  # fmt: skip
 
     def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:

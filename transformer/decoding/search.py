@@ -2,9 +2,10 @@
 
 Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
 
-This module depends only on the model's decoding interface (see model.py): `encode`, `init_cache`, `decode_step`,
-`cache.rerank_beams`, `cache.keep_sentences`, and the attributes `max_positions` and `pad_id`. The model knows nothing
-of search.
+This module depends only on the model's decoding interface (see model/transformer.py): `encode`, `decode_step`,
+`cache.rerank_beams`, `cache.keep_sentences`, and the attributes `max_positions` and `pad_id`; the cache comes from
+model/cache.py's `init_cache`, or from the model's own `init_cache` where it brings one (an ensemble,
+decoding/ensemble.py). The model knows nothing of search.
 
 Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
 - Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.config import DecodeConfig
+from transformer.model.cache import init_cache
 
 NEG_INF = float("-inf")
 
@@ -64,6 +66,14 @@ def lp(length, *, alpha: float, kind: str):
     if kind not in LENGTH_PENALTIES:
         raise ValueError(f"unknown length penalty {kind!r}: use one of {', '.join(LENGTH_PENALTIES)}")
     return LENGTH_PENALTIES[kind](length, alpha)
+
+
+def start_cache(model, memory, src_mask: torch.Tensor, *, capacity: int):
+    """The cache for a search's first step, one row per sentence: the model's own where it brings one (an
+    ensemble's `init_cache`), else model/cache.py's `DecoderCache`."""
+    if hasattr(model, "init_cache"):
+        return model.init_cache(memory, src_mask, beams=1, capacity=capacity)
+    return init_cache(model, memory, src_mask, beams=1, capacity=capacity)
 
 
 def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_b: float) -> torch.Tensor:
@@ -102,7 +112,7 @@ def _decode_rows(
     B, device = src.size(0), src.device
     max_lens = max_output_lengths(model, src_mask, max_len_a, max_len_b)  # (B,)
     steps = int(max_lens.max().item()) if B else 0
-    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=steps)
+    cache = start_cache(model, model.encode(src, src_mask), src_mask, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
     log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,) each
     alive = max_lens > 0  # (B,)
@@ -329,7 +339,7 @@ def beam_search(
     )
     _finalise_at_max_length(state, 0)
     capacity = max(state.max_lens, default=0)
-    cache = model.init_cache(model.encode(src, src_mask), src_mask, beams=1, capacity=capacity)
+    cache = start_cache(model, model.encode(src, src_mask), src_mask, capacity=capacity)
     if state.done:  # those with room for no token leave
         cache.keep_sentences(*_drop_done(state, torch.arange(B, device=device)))
     step = 0

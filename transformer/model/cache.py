@@ -4,8 +4,9 @@ positions before it, so each step computes only the newest position and reads th
 Legend: B batch (sentences), S source length, H heads, Dh head dim, K beams per sentence, N = B*K rows,
 t positions decoded so far.
 
-The cache is passed to `Transformer.decode_step`, never stored on a module (the decoding interface:
-`init_cache`, `decode_step`, `rerank_beams`, `keep_sentences`).
+`init_cache(model, ...)` starts one from the decoder layers' `memory_kv`; it is passed to
+`Transformer.decode_step`, never stored on a module (the decoding interface: `init_cache`, `decode_step`,
+`rerank_beams`, `keep_sentences`). The model's files do not import this one.
 """
 
 from __future__ import annotations
@@ -164,3 +165,11 @@ class DecoderCache:
         self.src_mask = self.src_mask.index_select(0, sentences)
         self.memory_bias = self.memory_bias.index_select(0, sentences)
         self.rerank_beams(rows)
+
+
+def init_cache(model, memory: torch.Tensor, src_mask: torch.Tensor, *, beams: int, capacity: int) -> DecoderCache:
+    """The cache for decoding with `model` (a `Transformer`): each decoder layer's cross-attention keys and values of
+    memory (B, S, D), once per sentence; self-attention room for `capacity` target positions of N = B*beams rows
+    (more are allocated if decoding runs longer)."""
+    layers = [LayerCache(*layer.memory_kv(memory), slots=beams, capacity=capacity) for layer in model.decoder.layers]
+    return DecoderCache(layers, src_mask, beams=beams)

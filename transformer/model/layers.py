@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.attention import AttentionWeights, MultiHeadAttention, step_attention
-from transformer.model.cache import LayerCache
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -103,16 +102,17 @@ class DecoderLayer(_SublayerConnection):
         x = self.residual(x, self.cross_attn_norm, lambda h: self.cross_attn(h, memory, mask=src_mask, weights=cross))
         return self.residual(x, self.ff_norm, self.ff)
 
-    def init_cache(self, memory: torch.Tensor, *, beams: int, capacity: int) -> LayerCache:
-        """Cross-attention keys and values, computed once per sentence of memory (B, S, D); room for `capacity`
-        positions of self-attention keys and values, `beams` slots each (more are added when beams multiply)."""
-        cross_k, cross_v = (kv.contiguous() for kv in self.cross_attn.project_kv(memory))  # (B, H, S, Dh) each
-        return LayerCache(cross_k, cross_v, slots=beams, capacity=capacity)
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cross-attention's keys and values of memory (B, S, D): (B, H, S, Dh) each, computed once per
+        sentence for incremental decoding."""
+        cross_k, cross_v = self.cross_attn.project_kv(memory)
+        return cross_k.contiguous(), cross_v.contiguous()
 
-    def step(
-        self, x: torch.Tensor, cache: LayerCache, memory_bias: torch.Tensor, self_bias: torch.Tensor | None
-    ) -> torch.Tensor:
+    def step(self, x: torch.Tensor, cache, memory_bias: torch.Tensor, self_bias: torch.Tensor | None) -> torch.Tensor:
         """One new position: x (N, 1, D) attends to the cached prefix and the memory -> (N, 1, D).
+
+        cache: this layer's keys and values so far (`LayerCache`, model/cache.py): `append` adds this position's
+        and returns all of them; `cross_k` and `cross_v` are `memory_kv`'s.
 
         N = B*K rows, a sentence's K rows consecutive. Biases (`attention_bias`, one per head): memory_bias
         (B, H, 1, S) for the source padding; self_bias (B, H, K, (t+1)*slots) or None, the cached slots each row

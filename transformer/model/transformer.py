@@ -4,12 +4,13 @@ Legend: B batch, S source length, T target length, D d_model, V vocabulary, K be
 
     memory = model.encode(src, src_mask)             # (B, S, D)
     logits = model.decode(tgt_in, memory, src_mask)  # (B, T, V) teacher forcing
-    cache  = model.init_cache(memory, src_mask, beams=K, capacity=T_max)  # cross-attention K/V once per sentence
+    cache  = init_cache(model, memory, src_mask, beams=K, capacity=T_max)  # model/cache.py: cross K/V once
     log_probs = model.decode_step(tokens, cache)     # (N, 1) -> (N, V), appends self-attention K/V
     cache.rerank_beams(rows)                         # beams re-ranked within their sentences
     cache.keep_sentences(sentences, rows)            # finished sentences dropped (and the rest re-ranked)
 
-The model knows nothing of search, data or training.
+The model knows nothing of search, data or training, nor of how the cache keeps its keys and values
+(model/cache.py): it reads the cache through `position`, `layers`, `memory_bias` and `self_attention_bias()`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from torch import nn
 
 from transformer.config import ModelConfig
 from transformer.model.attention import AttentionWeights, make_pad_mask
-from transformer.model.cache import DecoderCache
 from transformer.model.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from transformer.model.layers import DecoderLayer, EncoderLayer
 
@@ -91,7 +91,7 @@ class Decoder(_Stack):
             x = layer(x, memory, src_mask, attention)
         return self.final_norm(x)
 
-    def step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """tokens (N, 1), the newest target token per row -> (N, 1, D); appends to every layer's cache."""
         x = self.embed(tokens, offset=cache.position)  # (N, 1, D)
         self_bias = cache.self_attention_bias()  # (B, H, K, (t+1)*slots) or None, the same for every layer
@@ -190,14 +190,9 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------------------- decoding interface
 
-    def init_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, *, beams: int, capacity: int) -> DecoderCache:
-        """Per-layer cross-attention K/V from memory (B, S, D), once per sentence; self-attention caches for
-        N = B*beams rows, room for `capacity` target positions (more are allocated if decoding runs longer)."""
-        layers = [layer.init_cache(memory, beams=beams, capacity=capacity) for layer in self.decoder.layers]
-        return DecoderCache(layers, src_mask, beams=beams)
-
-    def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """tokens (N, 1), the last token of each row -> log-probabilities (N, V) in float32; grows the cache."""
+    def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+        """tokens (N, 1), the last token of each row -> log-probabilities (N, V) in float32; grows the cache (a
+        `DecoderCache` from model/cache.py's `init_cache`)."""
         hidden = self.decoder.step(tokens, cache)  # (N, 1, D)
         logits = self.output_proj(hidden[:, -1]).float()  # (N, V)
         return torch.log_softmax(logits, dim=-1, out=logits)  # in place: one (N, V) buffer fewer to write and read
