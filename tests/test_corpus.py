@@ -208,9 +208,9 @@ def test_unreachable_hub_fails_fast_offline(monkeypatch):
     """Without a network, loading goes offline at once (HF_HUB_OFFLINE) instead of retrying for 25 s."""
     from huggingface_hub import constants
 
-    import transformer.data.corpus as corpus
+    import transformer.data.datasets_source as source
 
-    monkeypatch.setattr(corpus, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(source, "hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     seen = []
     real = __import__("datasets").load_dataset

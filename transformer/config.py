@@ -131,6 +131,8 @@ class DataConfig:
     character_coverage: float = 1.0  # SentencePiece character coverage
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
+    drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
+    drop_duplicates: bool = False  # drop training pairs equal to an earlier one (a 64-bit hash: 8 bytes a pair)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
 
     def __post_init__(self) -> None:

@@ -1,35 +1,41 @@
-"""Prepared data: the SentencePiece vocabulary and every split encoded once into a memory-mapped cache.
+"""Prepared data: the SentencePiece vocabulary and every split encoded once into a memory-mapped cache, streamed.
 
 `prepare_data(config)` (what `transformer-prepare` runs, and what training calls) does, for each configured split:
 
-1. read the raw pairs (`transformer.data.corpus.load_pairs`: plain files, TSV or `datasets`);
-2. train SentencePiece on the training pairs (section 5.1: a shared source-target BPE vocabulary), cached in
-   `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the vocabulary settings;
-3. encode in chunks of 50k pairs over `data.num_proc` processes;
-4. filter the training split only: drop pairs with an empty side, with a side longer than
-   `data.max_tokens_per_sentence` tokens, or whose length ratio exceeds `data.max_length_ratio`; lengths are the
-   model's sequence lengths, source pieces + EOS and target pieces + 1 (the length of tgt_in and tgt_out);
-5. store int32 token arrays + int64 offsets with `np.save` in `<cache_dir>/<split>-<hash>/`, keyed by the split's
-   identity (file path, size and mtime, or the `datasets` arguments), the settings that change its encoding and the
-   tokenizer bytes; later calls load them with `np.load(mmap_mode="r")` and encode nothing.
+1. read the raw pairs in chunks (`transformer.data.corpus.stream_pairs`: plain files, TSV or `datasets`);
+2. train SentencePiece on a sample of the training pairs (section 5.1: a shared source-target BPE vocabulary):
+   `data.spm_input_sentences` non-empty sentences (half from each side when joint), a seeded uniform sample drawn
+   in one pass over the corpus when it has no more than that (then: all of them, in order), else two (count, then
+   pick); cached in `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the settings;
+3. encode chunk by chunk (50k pairs) over `data.num_proc` processes, a few chunks in flight;
+4. filter the training split only, chunk by chunk (`transformer.data.cleaning`: empty sides, too long, length
+   ratio, and optionally copies and duplicates);
+5. append each chunk to int32 token and int64 offset arrays in `<cache_dir>/<split>-<hash>/` (`.npy` files, as
+   `np.save` writes them), keyed by the split's identity (file path, size and mtime, or the `datasets`
+   arguments), the settings that change its encoding and the tokenizer bytes; later calls load them with
+   `np.load(mmap_mode="r")` and encode nothing.
 
-Cache folders are written under a temporary name and renamed into place, so an interrupted run or several ranks
-preparing at once never leave a half-written folder behind.
+Memory is bounded by the chunk size and the number of processes, not by the corpus: the SentencePiece sample (at
+most `spm_input_sentences` sentences) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
+exceptions (docs/benchmarks.md has the figures). Cache folders are written under a temporary name and renamed into
+place, so an interrupted run never leaves a folder that a later run takes as complete; the next run removes what a
+killed one left and starts that split again.
+
+`prepare_tokenizer` and `prepare_split` are the two steps on their own: a split can be encoded with any tokenizer
+(a checkpoint's, say) through `prepare_split`.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import multiprocessing
-import os
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,81 +47,19 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer.config import Config, DataConfig
-from transformer.data.corpus import describe_split, load_pairs, split_identity
+from transformer.data.cleaning import PairFilter, pair_hashes
+from transformer.data.corpus import CHUNK_PAIRS, Pairs, describe_split, load_pairs, split_identity, stream_pairs
+from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import UserError
 from transformer.progress import spinner
 
-__all__ = ["EncodedSplit", "PreparedData", "load_pairs", "prepare_data"]
+__all__ = ["EncodedSplit", "PreparedData", "load_pairs", "prepare_data", "prepare_split", "prepare_tokenizer"]
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1  # bump when the cache layout or the encoding changes
 SPLITS = ("train", "valid", "test")
-_ARRAYS = ("src_tokens", "src_offsets", "tgt_tokens", "tgt_offsets")
-
-
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
-
-
-@dataclass
-class EncodedSplit:
-    """One encoded split: every sequence back to back in a flat int32 array, found through int64 offsets."""
-
-    src_tokens: np.ndarray  # (total source tokens,) int32: source pieces + EOS of every pair, back to back
-    src_offsets: np.ndarray  # (n + 1,) int64: pair i's source is src_tokens[src_offsets[i]:src_offsets[i + 1]]
-    tgt_tokens: np.ndarray  # (total target pieces,) int32: target pieces (no BOS/EOS), back to back
-    tgt_offsets: np.ndarray  # (n + 1,) int64
-    src_text: list[str] | None = None  # raw text kept for valid/test (translation input); None for train
-    tgt_text: list[str] | None = None  # raw references kept for valid/test (BLEU); None for train
-    dropped: dict[str, int] = field(default_factory=dict)  # training pairs filtered out, by reason
-    src_lengths: np.ndarray = field(init=False)  # (n,) int32, tokens incl. the EOS
-    tgt_lengths: np.ndarray = field(init=False)  # (n,) int32, target pieces + 1 (length of tgt_in and tgt_out)
-
-    def __post_init__(self) -> None:
-        self.src_lengths = np.diff(self.src_offsets).astype(np.int32)
-        self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32) + 1
-
-    @classmethod
-    def from_lists(
-        cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], src_text=None, tgt_text=None
-    ) -> EncodedSplit:
-        """From Python lists: `src` rows end with EOS (as `encode_src` gives), `tgt` rows are pieces only."""
-        if len(src) != len(tgt):
-            raise ValueError(f"src has {len(src)} rows but tgt has {len(tgt)}")
-        flat = [np.fromiter((t for row in rows for t in row), dtype=np.int32) for rows in (src, tgt)]
-        lengths = [np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)) for rows in (src, tgt)]
-        return cls(flat[0], _offsets(lengths[0]), flat[1], _offsets(lengths[1]), src_text, tgt_text)
-
-    def __len__(self) -> int:
-        return len(self.src_offsets) - 1
-
-    def __repr__(self) -> str:
-        text = "kept" if self.src_text is not None else "none"
-        return (
-            f"EncodedSplit(pairs={len(self)}, src_tokens={int(self.src_lengths.sum())}, "
-            f"tgt_tokens={int(self.tgt_lengths.sum())}, text={text}, dropped={self.dropped})"
-        )
-
-    def src(self, i: int) -> np.ndarray:
-        """(S_i,) int32 source ids of pair i, ending with EOS."""
-        return self.src_tokens[self.src_offsets[i] : self.src_offsets[i + 1]]
-
-    def tgt(self, i: int) -> np.ndarray:
-        """(T_i - 1,) int32 target pieces of pair i, without BOS/EOS."""
-        return self.tgt_tokens[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
-
-    def select(self, keep: np.ndarray) -> EncodedSplit:
-        """The pairs where the boolean mask `keep` (n,) is True, in order (vectorised gather, no Python loop)."""
-        arrays = []
-        for tokens, offsets in ((self.src_tokens, self.src_offsets), (self.tgt_tokens, self.tgt_offsets)):
-            lengths = np.diff(offsets)
-            arrays += [tokens[np.repeat(keep, lengths)], _offsets(lengths[keep])]
-        texts = [None if t is None else [s for s, k in zip(t, keep) if k] for t in (self.src_text, self.tgt_text)]
-        return EncodedSplit(*arrays, *texts, dropped=dict(self.dropped))
 
 
 @dataclass
@@ -144,8 +88,8 @@ def _stage(what: str) -> Iterator[None]:
     )  # fmt: skip
 
 
-_CHUNK = 50_000  # pairs per encoding task
 _worker_tokenizer: Tokenizer | None = None  # set once in each encoding process
+_IN_FLIGHT = 2  # chunks submitted per encoding process before the oldest result is taken
 
 
 def _init_worker(blobs: dict) -> None:
@@ -160,67 +104,77 @@ def _pack(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
-def _encode_chunk(src: list[str], tgt: list[str], tokenizer: Tokenizer | None = None) -> tuple[np.ndarray, ...]:
-    """(src tokens, src lengths, tgt tokens, tgt lengths) of one chunk, as numpy arrays (cheap to send back)."""
+def _encode_chunk(src: list[str], tgt: list[str], clean: tuple[bool, bool], tokenizer: Tokenizer | None = None):
+    """(src tokens, src lengths, tgt tokens, tgt lengths, source == target or None, pair hashes or None) of one
+    chunk, as numpy arrays (cheap to send back). clean: (data.drop_copies, data.drop_duplicates)."""
     tokenizer = tokenizer or _worker_tokenizer
-    return *_pack(tokenizer.encode_src(src)), *_pack(tokenizer.encode_tgt(tgt))
+    same = np.fromiter(map(str.__eq__, src, tgt), dtype=bool, count=len(src)) if clean[0] else None
+    hashes = pair_hashes(src, tgt) if clean[1] else None
+    return *_pack(tokenizer.encode_src(src)), *_pack(tokenizer.encode_tgt(tgt)), same, hashes
 
 
-def _encode(src: list[str], tgt: list[str], tokenizer: Tokenizer, *, num_proc: int, name: str, progress: bool):
-    """Encode raw pairs in chunks of 50k, over `num_proc` processes (one per 10k pairs at least), into an
-    EncodedSplit. Workers return numpy arrays, never Python lists: 1.2-1.4x faster on 2 cores than the
-    `datasets.Dataset.map` it replaces, which converted every list of ids to Arrow (docs/benchmarks.md).
-    """
-    starts = range(0, len(src), _CHUNK)
-    src_chunks, tgt_chunks = (src[i : i + _CHUNK] for i in starts), (tgt[i : i + _CHUNK] for i in starts)
-    procs = min(num_proc, max(1, len(src) // 10_000))
-    bar = tqdm(total=len(src), unit="pairs", desc=f"encoding {name}", disable=not progress, dynamic_ncols=True)
-    parts: list[tuple[np.ndarray, ...]] = []
-    with bar, contextlib.ExitStack() as stack:
-        if procs > 1:  # fork where there is one (workers touch no torch), so callers need no __main__ guard
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            pool = stack.enter_context(
-                ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
-                                    initargs=(tokenizer.to_bytes(),))
-            )  # fmt: skip
-            results = pool.map(_encode_chunk, src_chunks, tgt_chunks)
-        else:
-            results = (_encode_chunk(s, t, tokenizer) for s, t in zip(src_chunks, tgt_chunks))
-        for part in results:
-            parts.append(part)
-            bar.update(len(part[1]))
-    if not parts:
-        return EncodedSplit.from_lists([], [])
-    src_tokens, src_lengths, tgt_tokens, tgt_lengths = (np.concatenate(column) for column in zip(*parts))
-    return EncodedSplit(src_tokens, _offsets(src_lengths), tgt_tokens, _offsets(tgt_lengths))
+def _pool(procs: int, tokenizer: Tokenizer) -> ProcessPoolExecutor:
+    """Encoding processes; fork where there is one (workers touch no torch), so callers need no __main__ guard."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
+                               initargs=(tokenizer.to_bytes(),))  # fmt: skip
 
 
-def filter_pairs(split: EncodedSplit, data: DataConfig) -> EncodedSplit:
-    """Drop training pairs with an empty side, a side over `max_tokens_per_sentence`, or a ratio over the limit.
+def encode_chunks(chunks: Iterator[Pairs], tokenizer: Tokenizer, *, num_proc: int, clean=(False, False)):
+    """(pairs, `_encode_chunk`'s arrays) of each chunk, in order. Over `num_proc` processes when there is more
+    than one chunk, with at most 2 chunks per process in flight, so memory holds a few chunks, never the corpus.
+    Workers return numpy arrays, never Python lists: 1.2-1.4x faster on 2 cores than the `datasets.Dataset.map`
+    it replaces, which converted every list of ids to Arrow (docs/benchmarks.md)."""
+    first = next(chunks, None)
+    second = next(chunks, None) if first is not None else None
+    chunks = itertools.chain([c for c in (first, second) if c is not None], chunks)
+    if num_proc == 1 or second is None:
+        yield from ((pair, _encode_chunk(*pair, clean, tokenizer)) for pair in chunks)
+        return
+    with _pool(num_proc, tokenizer) as pool:
+        pending: collections.deque = collections.deque()
+        for pair in chunks:
+            pending.append((pair, pool.submit(_encode_chunk, *pair, clean)))
+            if len(pending) >= _IN_FLIGHT * num_proc:
+                pair, future = pending.popleft()
+                yield pair, future.result()
+        while pending:
+            pair, future = pending.popleft()
+            yield pair, future.result()
 
-    Each dropped pair is counted once, under the first reason in that order; counts go to `dropped` and the log.
-    """
-    src_len, tgt_len = split.src_lengths.astype(np.int64), split.tgt_lengths.astype(np.int64)
-    empty = (src_len <= 1) | (tgt_len <= 1)  # no pieces besides the EOS
-    too_long = ~empty & ((src_len > data.max_tokens_per_sentence) | (tgt_len > data.max_tokens_per_sentence))
-    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
-    bad_ratio = ~empty & ~too_long & (ratio > data.max_length_ratio) if data.max_length_ratio > 0 else empty & False
-    keep = ~(empty | too_long | bad_ratio)
-    dropped = {"empty": int(empty.sum()), "too_long": int(too_long.sum()), "length_ratio": int(bad_ratio.sum())}
-    log.info(
-        "train: kept %d of %d pairs; dropped %d with an empty side, %d longer than %d tokens, "
-        "%d with a length ratio above %g",
-        int(keep.sum()), len(keep), dropped["empty"], dropped["too_long"], data.max_tokens_per_sentence,
-        dropped["length_ratio"], data.max_length_ratio,
-    )  # fmt: skip
-    if not keep.any():
-        raise UserError(
-            f"no training pairs left after filtering ({dropped}); check the data, data.max_tokens_per_sentence "
-            "and data.max_length_ratio"
-        )
-    kept = split.select(keep)
-    kept.dropped = dropped
-    return kept
+
+def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, progress: bool) -> None:
+    """Encode (and for train, filter) the split `name` chunk by chunk into the arrays of folder `tmp`."""
+    writer, pairs_filter = SplitWriter(tmp), PairFilter(data) if name == "train" else None
+    texts = None if pairs_filter else ([], [])
+    clean = (data.drop_copies, data.drop_duplicates) if pairs_filter else (False, False)
+    chunks = stream_pairs(getattr(data, name), data, CHUNK_PAIRS)
+    bar = tqdm(unit="pairs", desc=f"encoding {name}", disable=not progress, dynamic_ncols=True)
+    read = 0
+    with bar, contextlib.ExitStack() as on_error:
+        on_error.callback(writer.abort)
+        for (src, tgt), (src_tokens, src_len, tgt_tokens, tgt_len, same, hashes) in encode_chunks(
+            chunks, tokenizer, num_proc=data.num_proc, clean=clean
+        ):
+            read += len(src_len)
+            bar.update(len(src_len))
+            if pairs_filter is None:
+                texts[0].extend(src), texts[1].extend(tgt)
+            elif not (keep := pairs_filter.keep(src_len, tgt_len + 1, same, hashes)).all():
+                src_tokens, tgt_tokens = src_tokens[np.repeat(keep, src_len)], tgt_tokens[np.repeat(keep, tgt_len)]
+                src_len, tgt_len = src_len[keep], tgt_len[keep]
+            writer.append(src_tokens, src_len, tgt_tokens, tgt_len)
+        on_error.pop_all()
+    pairs = writer.close()
+    dropped = {} if pairs_filter is None else pairs_filter.dropped
+    if pairs_filter is not None:
+        pairs_filter.report()
+        if not pairs:
+            raise UserError(
+                f"no training pairs left after filtering ({dropped}); check the data, data.max_tokens_per_sentence "
+                "and data.max_length_ratio"
+            )
+    save_extras(tmp, {"pairs_read": read, "pairs": pairs, "tokenizer": repr(tokenizer)}, dropped, texts)
 
 
 def drop_longer(split: EncodedSplit, limit: int, name: str) -> EncodedSplit:
@@ -247,59 +201,77 @@ def _hash(*parts: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def _write_atomically(folder: Path, write: Callable[[Path], None]) -> None:
-    """Run `write(tmp)` on a fresh temporary folder next to `folder`, then rename it into place."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        write(tmp)
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the rest of the checkout
-        os.replace(tmp, folder)
-    except OSError:
-        if not folder.is_dir():  # another process finished the same folder first: keep theirs
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def sample_sentences(chunks: Callable[[], Iterator[Pairs]], per_side: int, seed: int) -> Pairs:
+    """A seeded uniform sample of `per_side` non-empty sentences of each side, in corpus order (0: all of them).
+
+    One pass keeps the first `per_side` of each side; when a side has more, a second pass picks a uniform sample
+    of its sentences (`uniform_indices`). Memory holds the sample, never the corpus. A corpus with at most
+    `per_side` non-empty sentences a side gives every one of them, as the in-memory sampling before it did.
+    """
+    kept: list[list[str]] = [[], []]
+    counts = [0, 0]
+    for pair in chunks():
+        for side, texts in enumerate(pair):
+            nonempty = [t for t in texts if t]
+            counts[side] += len(nonempty)
+            if per_side <= 0 or counts[side] <= per_side:
+                kept[side] += nonempty
+    over = [per_side > 0 and n > per_side for n in counts]
+    if not any(over):
+        return kept[0], kept[1]
+    rng = np.random.default_rng(seed)
+    picks = [uniform_indices(n, per_side, rng) if big else None for n, big in zip(counts, over)]
+    kept, seen = [kept[0] if not over[0] else [], kept[1] if not over[1] else []], [0, 0]
+    for pair in chunks():
+        for side, texts in enumerate(pair):
+            if over[side]:
+                nonempty = [t for t in texts if t]
+                first, last = np.searchsorted(picks[side], [seen[side], seen[side] + len(nonempty)])
+                kept[side] += [nonempty[i - seen[side]] for i in picks[side][first:last]]
+                seen[side] += len(nonempty)
+    return kept[0], kept[1]
 
 
-def _save_split(folder: Path, split: EncodedSplit, meta: dict[str, Any]) -> None:
-    for name in _ARRAYS:
-        np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(split, name)))
-    if split.src_text is not None:
-        (folder / "text.json").write_text(json.dumps({"src": split.src_text, "tgt": split.tgt_text}), "utf-8")
-    (folder / "meta.json").write_text(json.dumps({**meta, "dropped": split.dropped}, indent=1), "utf-8")
-
-
-def _load_split(folder: Path) -> EncodedSplit:
-    arrays = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in _ARRAYS]
-    meta = json.loads((folder / "meta.json").read_text("utf-8"))
-    text = folder / "text.json"
-    texts = json.loads(text.read_text("utf-8")) if text.is_file() else {"src": None, "tgt": None}
-    return EncodedSplit(*arrays, texts["src"], texts["tgt"], dropped=meta.get("dropped", {}))
+def uniform_indices(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(k,) sorted int64: k distinct indices in [0, n) drawn uniformly (the first k distinct values of a stream of
+    uniform draws, so every k-subset is equally likely), in O(k) memory."""
+    chosen = np.empty(0, dtype=np.int64)
+    while len(chosen) < k:
+        draws = np.concatenate([chosen, rng.integers(0, n, size=(k - len(chosen)) * 11 // 10 + 16)])
+        _, first = np.unique(draws, return_index=True)
+        chosen = draws[np.sort(first)][:k]
+    return np.sort(chosen)
 
 
 def _tokenizer_key(data: DataConfig, seed: int) -> str:
     settings = {k: getattr(data, k) for k in ("src_lang", "tgt_lang", "vocab_size", "spm_model_type", "joint_vocab")}
     settings.update(spm_input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage)
+    if data.spm_input_sentences > 0:  # the streamed sample differs from the earlier in-memory one above that size
+        settings["sample"] = "streamed"
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
-def _prepare_tokenizer(
-    data: DataConfig, cache: Path, train_pairs: Callable[[], tuple[list[str], list[str]]], progress: bool = True
-):
+def prepare_tokenizer(data: DataConfig, cache: Path, progress: bool = True) -> tuple[Tokenizer, Path]:
+    """The SentencePiece tokenizer of `data` (trained on a sample of `data.train`) and its cache folder."""
+    if data.train is None:
+        raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
     seed = 1  # the vocabulary does not depend on train.seed, so runs with different seeds share it
     folder = cache / f"tokenizer-{_tokenizer_key(data, seed)}"
     if (folder / "src.model").is_file():
         log.info("tokenizer: cached in %s", folder)
         tgt = folder / "tgt.model"
         return Tokenizer((folder / "src.model").read_bytes(), tgt.read_bytes() if tgt.is_file() else None), folder
-    src, tgt = train_pairs()
+    per_side = data.spm_input_sentences // (2 if data.joint_vocab else 1)
+    log.info("train: sampling sentences for SentencePiece from %s", describe_split(data.train))
+    with spinner("sampling sentences for SentencePiece", progress), _stage("tokenizer: sampling"):
+        src, tgt = sample_sentences(lambda: stream_pairs(data.train, data, CHUNK_PAIRS), per_side, seed)
     log.info("tokenizer: training SentencePiece (large corpora take minutes)")
     with spinner("training SentencePiece", progress), _stage("tokenizer: SentencePiece training"):
         tokenizer = Tokenizer.train(
             src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
-            input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage, seed=seed,
+            input_sentences=0, character_coverage=data.character_coverage, seed=seed,
         )  # fmt: skip
+    del src, tgt
 
     def write(tmp: Path) -> None:
         blobs = tokenizer.to_bytes()
@@ -307,35 +279,33 @@ def _prepare_tokenizer(
         if blobs["tgt"] is not None:
             (tmp / "tgt.model").write_bytes(blobs["tgt"])
 
-    _write_atomically(folder, write)
+    write_atomically(folder, write)
     log.info("tokenizer: %r saved in %s", tokenizer, folder)
     return tokenizer, folder
 
 
-def _prepare_split(name: str, data: DataConfig, tokenizer: Tokenizer, cache: Path, read: Callable, progress: bool):
+def prepare_split(
+    name: str, data: DataConfig, tokenizer: Tokenizer, cache: Path, progress: bool = True
+) -> tuple[EncodedSplit, Path]:
+    """The split `name` ("train", "valid" or "test") of `data` encoded with `tokenizer` (any: trained here or a
+    checkpoint's), from its cache folder when there is one, else streamed into it; and that folder."""
     split_config = getattr(data, name)
     settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
     if name == "train":
         settings.update(max_tokens_per_sentence=data.max_tokens_per_sentence, max_length_ratio=data.max_length_ratio)
+        settings.update({k: True for k in ("drop_copies", "drop_duplicates") if getattr(data, k)})
     blobs = tokenizer.to_bytes()
     key = _hash(CACHE_VERSION, split_identity(split_config), settings, blobs["src"], blobs["tgt"] or b"")
     folder = cache / f"{name}-{key}"
     if (folder / "meta.json").is_file():
         log.info("%s: cached encoding in %s", name, folder)
-        return _load_split(folder), folder
-    src, tgt = read(name)
-    with _stage(f"{name}: encoding"):
-        encoded = _encode(src, tgt, tokenizer, num_proc=data.num_proc, name=name, progress=progress)
-    if name == "train":
-        with _stage("train: filtering"):
-            encoded = filter_pairs(encoded, data)
-    else:
-        encoded.src_text, encoded.tgt_text = src, tgt
-    meta = {"pairs_read": len(src), "pairs": len(encoded), "tokenizer": repr(tokenizer)}
-    with _stage(f"{name}: writing the cache"):
-        _write_atomically(folder, lambda tmp: _save_split(tmp, encoded, meta))
-    log.info("%s: %d pairs encoded into %s", name, len(encoded), folder)
-    return _load_split(folder), folder
+        return load_split(folder), folder
+    log.info("%s: reading and encoding %s", name, describe_split(split_config))
+    with _stage(f"{name}: reading, encoding and writing the cache"):
+        write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, progress))
+    split = load_split(folder)
+    log.info("%s: %d pairs encoded into %s", name, len(split), folder)
+    return split, folder
 
 
 def prepare_data(
@@ -352,23 +322,11 @@ def prepare_data(
         raise ValueError(f"unknown split(s) {unknown}; choose among {SPLITS}")
     cache = Path(data.cache_dir)
     paths: dict[str, str] = {}
-    pairs: dict[str, tuple[list[str], list[str]]] = {}
-
-    def read(name: str) -> tuple[list[str], list[str]]:  # each split is read at most once
-        if name not in pairs:
-            split = getattr(data, name)
-            log.info("%s: reading %s", name, describe_split(split))
-            with spinner(f"reading {name}", progress), _stage(f"{name}: reading"):
-                pairs[name] = load_pairs(split, data)
-        return pairs[name]
-
     if tokenizer is None:
-        if data.train is None:
-            raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
-        tokenizer, folder = _prepare_tokenizer(data, cache, lambda: read("train"), progress)
+        tokenizer, folder = prepare_tokenizer(data, cache, progress)
         paths["tokenizer"] = str(folder)
     encoded: dict[str, EncodedSplit] = {}
     for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
-        encoded[name], folder = _prepare_split(name, data, tokenizer, cache, read, progress)
+        encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress)
         paths[name] = str(folder)
     return PreparedData(tokenizer=tokenizer, splits=encoded, cache_paths=paths)
