@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.data.batching import LENGTH_BUCKETS, Batch, TokenBatchSampler, bucket_length, build_batches, collate
+from transformer.data.batching import (
+    LENGTH_BUCKETS,
+    Batch,
+    TokenBatchSampler,
+    batch_plan,
+    bucket_length,
+    build_batches,
+    collate,
+)
 from transformer.data.prepare import EncodedSplit
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.errors import UserError
@@ -228,3 +236,27 @@ def test_resume_refuses_other_bucketing(lengths):
     state = TokenBatchSampler(src, tgt, max_tokens=700, seed=1, buckets=True).state_dict()
     with pytest.raises(UserError, match="buckets"):
         TokenBatchSampler(src, tgt, max_tokens=700, seed=1).load_state_dict(state)
+
+
+@pytest.mark.parametrize("buckets", [False, True])
+def test_the_batch_plan_is_kept_in_the_cache_and_read_back_memory_mapped(lengths, buckets, tmp_path):
+    src, tgt = lengths
+    expected = build_batches(src, tgt, max_tokens=300, seed=5, buckets=buckets)
+    first = batch_plan(tmp_path, src, tgt, max_tokens=300, seed=5, buckets=buckets)
+    again = batch_plan(tmp_path, src, tgt[::-1], max_tokens=300, seed=5, buckets=buckets)  # read, not rebuilt
+    assert isinstance(again[0], np.memmap) and sorted(p.name for p in tmp_path.iterdir()) == [
+        f"batches-300-5-{'buckets' if buckets else 'sorted'}-{part}.npy" for part in ("bounds", "order")
+    ]
+    for plan in (first, again):
+        assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(plan, expected))
+    other = batch_plan(tmp_path, src, tgt, max_tokens=300, seed=6, buckets=buckets)  # another seed, another plan
+    assert not np.array_equal(other[0], expected[0])
+    planned = TokenBatchSampler(src, tgt, max_tokens=300, seed=5, buckets=buckets, plan=again)
+    built = TokenBatchSampler(src, tgt, max_tokens=300, seed=5, buckets=buckets)
+    assert list(islice(planned, 50)) == list(islice(built, 50))
+
+
+def test_a_cache_it_cannot_write_to_plans_in_memory(lengths, tmp_path):
+    src, tgt = lengths
+    plan = batch_plan(tmp_path / "missing", src, tgt, max_tokens=300, seed=5)  # (as a read-only folder would)
+    assert np.array_equal(plan[0], build_batches(src, tgt, max_tokens=300, seed=5)[0]) and not list(tmp_path.iterdir())

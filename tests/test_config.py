@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,16 @@ def test_the_wmt14_recipes_build_on_base_and_big():
     big, recipe = load_config("big"), load_config("wmt14_en_de_big")
     assert recipe.model == big.model and recipe.model.d_model == 1024 and recipe.train.max_steps == 300_000
     assert recipe.data.vocab_size == load_config("base").data.vocab_size == 37000
+    fr_base, fr_big = load_config("wmt14_en_fr_base"), load_config("wmt14_en_fr_big")
+    assert fr_base.model == load_config("base").model and fr_base.train.max_steps == 100_000
+    assert fr_big.model == dataclasses.replace(big.model, dropout=0.1)  # section 6.1: 0.1 for EN-FR big, not 0.3
+    assert (
+        fr_big.train == dataclasses.replace(recipe.train, out_dir="runs/wmt14_en_fr_big")
+        and fr_big.train.keep_last == 20
+    )
+    for config in (fr_base, fr_big):  # section 5.1: 36M pairs, a 32000 word-piece vocabulary, shared
+        assert config.data.vocab_size == 32000 and config.data.joint_vocab and config.model.share_embeddings
+        assert (config.data.src_lang, config.data.tgt_lang, config.data.train.config) == ("en", "fr", "fr-en")
 
 
 def test_a_cycle_of_base_files_is_refused(tmp_path):

@@ -20,6 +20,7 @@ from transformer.config import Config, from_dict, load_config, save_config
 from transformer.data import corpus
 from transformer.data import prepare as data_module
 from transformer.data.corpus import read_lines
+from transformer.data.encoding import Workers, encode_chunks
 from transformer.data.prepare import EncodedSplit, load_pairs, prepare_data
 from transformer.data.tokenizer import EOS_ID, Tokenizer
 from transformer.errors import UserError
@@ -117,8 +118,9 @@ def test_parallel_encoding_equals_serial():
     tgt = [f"hello world number {i}" for i in range(20_000)]
     tokenizer = Tokenizer.train(src[:300], tgt[:300], vocab_size=60)
     chunks = lambda: ((src[i : i + 3000], tgt[i : i + 3000]) for i in range(0, 20_000, 3000))  # 7 chunks
-    serial = list(data_module.encode_chunks(chunks(), tokenizer, num_proc=1, clean=(True, True)))
-    parallel = list(data_module.encode_chunks(chunks(), tokenizer, num_proc=2, clean=(True, True)))
+    serial = list(encode_chunks(chunks(), tokenizer, workers=Workers(1), clean=(True, True)))
+    with Workers(2) as workers:
+        parallel = list(encode_chunks(chunks(), tokenizer, workers=workers, clean=(True, True)))
     last = tokenizer.encode_src([src[-1]])[0]
     assert serial[-1][1][0][-len(last) :].tolist() == last  # the last chunk's source tokens end with the last pair's
     assert len(serial) == len(parallel) == 7
@@ -252,8 +254,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cache_digests(paths: dict[str, str]) -> dict[str, dict[str, str]]:
-    digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return {name: {p.name: digest(p) for p in sorted(Path(folder).iterdir())} for name, folder in paths.items()}
+    """The digests of each cache folder's files, less the lengths (stored since; checked against the offsets)."""
+    digests = {}
+    for name, folder in paths.items():
+        files = sorted(p for p in Path(folder).iterdir() if not p.name.endswith("_lengths.npy"))
+        digests[name] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in files}
+        if name != "tokenizer":
+            offsets = [np.load(Path(folder) / f"{side}_offsets.npy") for side in ("src", "tgt")]
+            assert np.array_equal(np.load(Path(folder) / "src_lengths.npy"), np.diff(offsets[0]))
+            assert np.array_equal(np.load(Path(folder) / "tgt_lengths.npy"), np.diff(offsets[1]) + 1)
+    return digests
 
 
 def small_chunks(monkeypatch, pairs: int) -> None:

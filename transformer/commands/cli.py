@@ -43,7 +43,7 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
 
 def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--config", required=required, help="YAML config file, or the name of a shipped config "
-                        "(demo, tiny, base, big, bible_es_en, wmt14_en_de_base, wmt14_en_de_big)")  # fmt: skip
+                        "(demo, tiny, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})")  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config value, e.g. --set model.d_model=256 --set train.lr=5e-4 (repeatable)",

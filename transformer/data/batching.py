@@ -17,9 +17,12 @@ equally many batches. A pair longer than `max_tokens` by itself forms a batch al
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -152,6 +155,35 @@ def build_batches(
     return order, np.asarray(bounds, dtype=np.int64)
 
 
+def batch_plan(
+    folder: str | Path | None,
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    *,
+    max_tokens: int,
+    seed: int,
+    buckets: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`build_batches`' (order, bounds), kept in the split's cache folder `folder` and read back memory-mapped:
+    built once, by the first process that needs it, and shared by every rank's page cache (a 1M-pair plan is
+    16 MB; building it holds some 40 bytes a pair for a moment). Without a folder, or a writable one, built here."""
+    plan = None
+    if folder is not None:
+        stem = f"batches-{max_tokens}-{seed}-{'buckets' if buckets else 'sorted'}"
+        paths = [Path(folder) / f"{stem}-{part}.npy" for part in ("order", "bounds")]
+        if all(path.is_file() for path in paths):
+            return np.load(paths[0], mmap_mode="r"), np.load(paths[1], mmap_mode="r")
+    plan = build_batches(src_lengths, tgt_lengths, max_tokens=max_tokens, seed=seed, buckets=buckets)
+    if folder is not None:
+        with contextlib.suppress(OSError):  # a read-only cache: this process keeps its own
+            for path, array in zip(paths, plan):  # bounds last: once it is there, both are whole
+                tmp = path.with_name(f".{path.name}.{os.getpid()}")
+                with open(tmp, "wb") as f:
+                    np.save(f, array)
+                os.replace(tmp, path)
+    return plan
+
+
 def _cut_by_bucket(bucketed: np.ndarray, max_tokens: int) -> np.ndarray:
     """Bounds of batches of max_tokens // L pairs within each run of one bucket L (bucketed is sorted)."""
     runs = [0, *(np.flatnonzero(np.diff(bucketed)) + 1).tolist(), len(bucketed)]
@@ -182,6 +214,7 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         buckets: bool = False,
+        plan: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size), got rank {rank} of {world_size}")
@@ -193,9 +226,9 @@ class TokenBatchSampler:
         self.rank, self.world_size, self.buckets = int(rank), int(world_size), bool(buckets)
         self.epoch = 0  # current epoch, from 0
         self.position = 0  # batches of the current epoch already yielded on this rank
-        self._order, self._bounds = build_batches(
+        self._order, self._bounds = plan or build_batches(
             self.src_lengths, self.tgt_lengths, max_tokens=max_tokens, seed=seed, buckets=buckets
-        )
+        )  # plan: the same, from `batch_plan` (memory-mapped from the cache)
         self.n_batches = len(self._bounds) - 1  # over all ranks, before dropping the remainder
         if self.n_batches < world_size:
             raise UserError(

@@ -1,7 +1,8 @@
 """The encoded form of a split and its cache folder: token arrays written chunk by chunk, read memory-mapped.
 
 A split is four `.npy` arrays in one folder: `src_tokens` (int32, every source's pieces + EOS back to back),
-`src_offsets` (int64, n + 1), `tgt_tokens` (int32, target pieces), `tgt_offsets` (int64), plus `meta.json` (counts,
+`src_offsets` (int64, n + 1), `tgt_tokens` (int32, target pieces), `tgt_offsets` (int64), the model's lengths
+`src_lengths` and `tgt_lengths` (int32, n: what batching reads, memory-mapped), plus `meta.json` (counts,
 the filtering report) and, for evaluation splits, `text.json` (the raw sentences). `SplitWriter` appends encoded
 chunks to the arrays as they come (a placeholder `.npy` header first, the real one written over it at the end:
 numpy pads the header to a fixed size for any length, so the files are byte for byte what `np.save` writes), so
@@ -24,7 +25,9 @@ from typing import Any
 import numpy as np
 
 ARRAYS = ("src_tokens", "src_offsets", "tgt_tokens", "tgt_offsets")
-_DTYPES = {"src_tokens": np.int32, "src_offsets": np.int64, "tgt_tokens": np.int32, "tgt_offsets": np.int64}
+LENGTHS = ("src_lengths", "tgt_lengths")  # int32, the model's lengths: written too, so that ranks share them
+_DTYPES = {"src_tokens": np.int32, "src_offsets": np.int64, "tgt_tokens": np.int32, "tgt_offsets": np.int64,
+           "src_lengths": np.int32, "tgt_lengths": np.int32}  # fmt: skip
 
 
 def offsets_of(lengths: np.ndarray, start: int = 0) -> np.ndarray:
@@ -46,12 +49,14 @@ class EncodedSplit:
     src_text: list[str] | None = None  # raw text kept for valid/test (translation input); None for train
     tgt_text: list[str] | None = None  # raw references kept for valid/test (BLEU); None for train
     dropped: dict[str, int] = field(default_factory=dict)  # training pairs filtered out, by reason
-    src_lengths: np.ndarray = field(init=False)  # (n,) int32, tokens incl. the EOS
-    tgt_lengths: np.ndarray = field(init=False)  # (n,) int32, target pieces + 1 (length of tgt_in and tgt_out)
+    src_lengths: np.ndarray | None = None  # (n,) int32, tokens incl. the EOS (from the offsets when not given)
+    tgt_lengths: np.ndarray | None = None  # (n,) int32, target pieces + 1 (length of tgt_in and tgt_out)
 
     def __post_init__(self) -> None:
-        self.src_lengths = np.diff(self.src_offsets).astype(np.int32)
-        self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32) + 1
+        if self.src_lengths is None:
+            self.src_lengths = np.diff(self.src_offsets).astype(np.int32)
+        if self.tgt_lengths is None:
+            self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32) + 1
 
     @classmethod
     def from_lists(
@@ -101,8 +106,9 @@ class SplitWriter:
     """Appends encoded chunks to the four `.npy` arrays of a split folder; `close` writes their real headers."""
 
     def __init__(self, folder: Path) -> None:
-        self.files = {name: open(folder / f"{name}.npy", "wb") for name in ARRAYS}  # noqa: SIM115 (closed by close)
-        self.counts = dict.fromkeys(ARRAYS, 0)
+        names = ARRAYS + LENGTHS
+        self.files = {name: open(folder / f"{name}.npy", "wb") for name in names}  # noqa: SIM115 (closed by close)
+        self.counts = dict.fromkeys(names, 0)
         self.ends = {"src": 0, "tgt": 0}  # tokens written so far on each side
         for name, f in self.files.items():
             _write_header(f, name, 0)  # the same size as the final header (numpy pads it for any length)
@@ -118,6 +124,7 @@ class SplitWriter:
         for side, tokens, lengths in (("src", src_tokens, src_lengths), ("tgt", tgt_tokens, tgt_lengths)):
             self._write(f"{side}_tokens", tokens)
             self._write(f"{side}_offsets", offsets_of(lengths, self.ends[side])[1:])
+            self._write(f"{side}_lengths", lengths + (side == "tgt"))
             self.ends[side] += len(tokens)
 
     def close(self) -> int:
@@ -144,12 +151,15 @@ def save_extras(folder: Path, meta: dict[str, Any], dropped: dict[str, int], tex
 
 
 def load_split(folder: Path) -> EncodedSplit:
-    """A split folder's arrays memory-mapped (`np.load(mmap_mode="r")`), its texts and filtering report."""
+    """A split folder's arrays memory-mapped (`np.load(mmap_mode="r")`: processes share their pages), its texts and
+    filtering report. A folder written before the lengths were stored gets them from the offsets, in memory."""
     arrays = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS]
+    found = all((folder / f"{name}.npy").is_file() for name in LENGTHS)
+    lengths = [np.load(folder / f"{name}.npy", mmap_mode="r") if found else None for name in LENGTHS]
     meta = json.loads((folder / "meta.json").read_text("utf-8"))
     text = folder / "text.json"
     texts = json.loads(text.read_text("utf-8")) if text.is_file() else {"src": None, "tgt": None}
-    return EncodedSplit(*arrays, texts["src"], texts["tgt"], dropped=meta.get("dropped", {}))
+    return EncodedSplit(*arrays, texts["src"], texts["tgt"], meta.get("dropped", {}), *lengths)
 
 
 def _remove_abandoned(folder: Path) -> None:

@@ -27,18 +27,14 @@ killed one left and starts that split again.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
-import multiprocessing
 import resource
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,9 +43,10 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer.config import Config, DataConfig
-from transformer.data.cleaning import PairFilter, pair_hashes
+from transformer.data.cleaning import PairFilter
 from transformer.data.corpus import CHUNK_PAIRS, Pairs, describe_split, load_pairs, split_identity, stream_pairs
 from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
+from transformer.data.encoding import Workers, encode_chunks
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import UserError
 from transformer.progress import spinner
@@ -88,62 +85,7 @@ def _stage(what: str) -> Iterator[None]:
     )  # fmt: skip
 
 
-_worker_tokenizer: Tokenizer | None = None  # set once in each encoding process
-_IN_FLIGHT = 2  # chunks submitted per encoding process before the oldest result is taken
-
-
-def _init_worker(blobs: dict) -> None:
-    global _worker_tokenizer
-    _worker_tokenizer = Tokenizer.from_bytes(blobs)
-
-
-def _pack(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Ragged Python rows -> (flat int32 tokens, int64 lengths)."""
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(lengths.sum()))
-    return flat, lengths
-
-
-def _encode_chunk(src: list[str], tgt: list[str], clean: tuple[bool, bool], tokenizer: Tokenizer | None = None):
-    """(src tokens, src lengths, tgt tokens, tgt lengths, source == target or None, pair hashes or None) of one
-    chunk, as numpy arrays (cheap to send back). clean: (data.drop_copies, data.drop_duplicates)."""
-    tokenizer = tokenizer or _worker_tokenizer
-    same = np.fromiter(map(str.__eq__, src, tgt), dtype=bool, count=len(src)) if clean[0] else None
-    hashes = pair_hashes(src, tgt) if clean[1] else None
-    return *_pack(tokenizer.encode_src(src)), *_pack(tokenizer.encode_tgt(tgt)), same, hashes
-
-
-def _pool(procs: int, tokenizer: Tokenizer) -> ProcessPoolExecutor:
-    """Encoding processes; fork where there is one (workers touch no torch), so callers need no __main__ guard."""
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
-                               initargs=(tokenizer.to_bytes(),))  # fmt: skip
-
-
-def encode_chunks(chunks: Iterator[Pairs], tokenizer: Tokenizer, *, num_proc: int, clean=(False, False)):
-    """(pairs, `_encode_chunk`'s arrays) of each chunk, in order. Over `num_proc` processes when there is more
-    than one chunk, with at most 2 chunks per process in flight, so memory holds a few chunks, never the corpus.
-    Workers return numpy arrays, never Python lists: 1.2-1.4x faster on 2 cores than the `datasets.Dataset.map`
-    it replaces, which converted every list of ids to Arrow (docs/benchmarks.md)."""
-    first = next(chunks, None)
-    second = next(chunks, None) if first is not None else None
-    chunks = itertools.chain([c for c in (first, second) if c is not None], chunks)
-    if num_proc == 1 or second is None:
-        yield from ((pair, _encode_chunk(*pair, clean, tokenizer)) for pair in chunks)
-        return
-    with _pool(num_proc, tokenizer) as pool:
-        pending: collections.deque = collections.deque()
-        for pair in chunks:
-            pending.append((pair, pool.submit(_encode_chunk, *pair, clean)))
-            if len(pending) >= _IN_FLIGHT * num_proc:
-                pair, future = pending.popleft()
-                yield pair, future.result()
-        while pending:
-            pair, future = pending.popleft()
-            yield pair, future.result()
-
-
-def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, progress: bool) -> None:
+def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, workers: Workers, progress: bool):
     """Encode (and for train, filter) the split `name` chunk by chunk into the arrays of folder `tmp`."""
     writer, pairs_filter = SplitWriter(tmp), PairFilter(data) if name == "train" else None
     texts = None if pairs_filter else ([], [])
@@ -154,7 +96,7 @@ def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, p
     with bar, contextlib.ExitStack() as on_error:
         on_error.callback(writer.abort)
         for (src, tgt), (src_tokens, src_len, tgt_tokens, tgt_len, same, hashes) in encode_chunks(
-            chunks, tokenizer, num_proc=data.num_proc, clean=clean
+            chunks, tokenizer, workers=workers, clean=clean
         ):
             read += len(src_len)
             bar.update(len(src_len))
@@ -251,8 +193,11 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
-def prepare_tokenizer(data: DataConfig, cache: Path, progress: bool = True) -> tuple[Tokenizer, Path]:
-    """The SentencePiece tokenizer of `data` (trained on a sample of `data.train`) and its cache folder."""
+def prepare_tokenizer(
+    data: DataConfig, cache: Path, progress: bool = True, workers: Workers | None = None
+) -> tuple[Tokenizer, Path]:
+    """The SentencePiece tokenizer of `data` (trained on a sample of `data.train`) and its cache folder. workers:
+    encoding processes to start before SentencePiece grows this process (forked after it, they would share it)."""
     if data.train is None:
         raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
     seed = 1  # the vocabulary does not depend on train.seed, so runs with different seeds share it
@@ -261,6 +206,8 @@ def prepare_tokenizer(data: DataConfig, cache: Path, progress: bool = True) -> t
         log.info("tokenizer: cached in %s", folder)
         tgt = folder / "tgt.model"
         return Tokenizer((folder / "src.model").read_bytes(), tgt.read_bytes() if tgt.is_file() else None), folder
+    if workers is not None:
+        workers.start()
     per_side = data.spm_input_sentences // (2 if data.joint_vocab else 1)
     log.info("train: sampling sentences for SentencePiece from %s", describe_split(data.train))
     with spinner("sampling sentences for SentencePiece", progress), _stage("tokenizer: sampling"):
@@ -285,10 +232,16 @@ def prepare_tokenizer(data: DataConfig, cache: Path, progress: bool = True) -> t
 
 
 def prepare_split(
-    name: str, data: DataConfig, tokenizer: Tokenizer, cache: Path, progress: bool = True
+    name: str,
+    data: DataConfig,
+    tokenizer: Tokenizer,
+    cache: Path,
+    progress: bool = True,
+    workers: Workers | None = None,
 ) -> tuple[EncodedSplit, Path]:
     """The split `name` ("train", "valid" or "test") of `data` encoded with `tokenizer` (any: trained here or a
-    checkpoint's), from its cache folder when there is one, else streamed into it; and that folder."""
+    checkpoint's), from its cache folder when there is one, else streamed into it over `workers` (by default
+    `data.num_proc` processes of its own); and that folder."""
     split_config = getattr(data, name)
     settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
     if name == "train":
@@ -301,8 +254,9 @@ def prepare_split(
         log.info("%s: cached encoding in %s", name, folder)
         return load_split(folder), folder
     log.info("%s: reading and encoding %s", name, describe_split(split_config))
-    with _stage(f"{name}: reading, encoding and writing the cache"):
-        write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, progress))
+    with _stage(f"{name}: reading, encoding and writing the cache"), contextlib.ExitStack() as own:
+        workers = workers or own.enter_context(Workers(data.num_proc))
+        write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, workers, progress))
     split = load_split(folder)
     log.info("%s: %d pairs encoded into %s", name, len(split), folder)
     return split, folder
@@ -322,11 +276,12 @@ def prepare_data(
         raise ValueError(f"unknown split(s) {unknown}; choose among {SPLITS}")
     cache = Path(data.cache_dir)
     paths: dict[str, str] = {}
-    if tokenizer is None:
-        tokenizer, folder = prepare_tokenizer(data, cache, progress)
-        paths["tokenizer"] = str(folder)
     encoded: dict[str, EncodedSplit] = {}
-    for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
-        encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress)
-        paths[name] = str(folder)
+    with _stage("prepare: all of it"), Workers(data.num_proc) as workers:
+        if tokenizer is None:
+            tokenizer, folder = prepare_tokenizer(data, cache, progress, workers)
+            paths["tokenizer"] = str(folder)
+        for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
+            encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers)
+            paths[name] = str(folder)
     return PreparedData(tokenizer=tokenizer, splits=encoded, cache_paths=paths)

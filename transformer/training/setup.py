@@ -76,6 +76,8 @@ def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
 
     group = prepare_group(parse_duration(config.train.prepare_timeout)) if world > 1 else None
     data = prepare_data(config, progress=progress) if is_main else None
+    if data is not None and "train" in data.splits:
+        train_batch_plan(config, data)  # built once here, memory-mapped by the other ranks
     barrier(group)
     data = data or prepare_data(config, progress=False)
     if "train" not in data.splits:
@@ -88,6 +90,15 @@ def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
     return data
 
 
+def train_batch_plan(config: Config, data) -> tuple[np.ndarray, np.ndarray]:
+    """The train split's batches (`batching.batch_plan`), kept in its cache folder and memory-mapped."""
+    from transformer.data.batching import batch_plan
+
+    cfg, split = config.train, data.splits["train"]
+    return batch_plan(data.cache_paths.get("train"), split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens,
+                      seed=cfg.seed, buckets=cfg.length_buckets)  # fmt: skip
+
+
 def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]:
     """The train split's token-bucketed sampler and the micro-batches per update (train.update_tokens)."""
     from transformer.data.batching import TokenBatchSampler
@@ -95,7 +106,7 @@ def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]
     cfg, split = config.train, data.splits["train"]
     sampler = TokenBatchSampler(
         split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed, rank=rank,
-        world_size=world, buckets=cfg.length_buckets,
+        world_size=world, buckets=cfg.length_buckets, plan=train_batch_plan(config, data),
     )  # fmt: skip
     mean_tokens = float(np.sum(split.tgt_lengths)) / max(len(sampler) * world, 1)
     accumulation = cfg.accumulation or optim.micro_batch_count(cfg.update_tokens, mean_tokens, world)
