@@ -67,6 +67,8 @@ class SeenHashes:
         return keep
 
     def _add(self, sorted_hashes: np.ndarray) -> None:
+        if not len(sorted_hashes):
+            return
         level = sorted_hashes
         while self.levels and len(self.levels[-1]) <= 2 * len(level):
             level = np.union1d(self.levels.pop(), level)
