@@ -392,3 +392,25 @@ def test_training_from_the_streamed_cache_gives_the_same_losses(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     losses = {r["step"]: r["loss"] for r in records if "loss" in r and "valid_loss" not in r}
     assert losses == pytest.approx(TINY_LOSSES, rel=1e-5)
+
+
+def test_uniform_indices_are_distinct_sorted_and_uniform():
+    rng = np.random.default_rng(0)
+    picks = [tuple(data_module.uniform_indices(5, 2, rng).tolist()) for _ in range(20_000)]
+    assert all(a < b for a, b in picks)
+    counts = np.unique(picks, axis=0, return_counts=True)[1]
+    assert len(counts) == 10 and counts.min() > 1800 and counts.max() < 2200  # each of the 10 subsets ~2,000 times
+    big = data_module.uniform_indices(10**9, 50_000, rng)
+    assert len(np.unique(big)) == 50_000 and big.max() < 10**9
+
+
+def test_the_tokenizer_sample_is_all_below_its_size_and_a_seeded_sample_above(monkeypatch):
+    src = [f"fuente {i}" if i % 7 else "" for i in range(1000)]  # one in seven empty, not sampled
+    tgt = [f"target {i}" for i in range(1000)]
+    chunks = lambda: ((src[i : i + 64], tgt[i : i + 64]) for i in range(0, 1000, 64))
+    below = data_module.sample_sentences(chunks, 1000, seed=1)
+    assert below == ([s for s in src if s], tgt)  # every non-empty sentence, in order
+    above = data_module.sample_sentences(chunks, 300, seed=1)
+    assert len(above[0]) == len(above[1]) == 300 and above == data_module.sample_sentences(chunks, 300, seed=1)
+    assert above[0] == sorted(above[0], key=src.index) and set(above[0]) <= set(src) - {""}
+    assert above[1] == sorted(above[1], key=tgt.index) and above != data_module.sample_sentences(chunks, 300, seed=2)

@@ -73,7 +73,8 @@ def measure(source: Path, entry: str, args: list[str]) -> dict:
     lines = [line for line in run.stdout.splitlines() if line.startswith("BENCH ")]
     if run.returncode or not lines:
         raise RuntimeError(f"{entry} failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
-    return {**json.loads(lines[-1][6:]), "wall": time.perf_counter() - start}
+    stages = [line.split("] ")[-1] for line in run.stderr.splitlines() if "peak memory so far" in line]
+    return {**json.loads(lines[-1][6:]), "wall": time.perf_counter() - start, "stages": stages}
 
 
 def prepare_and_start(source: Path, corpus: Path, work: Path, num_proc: int) -> dict:
