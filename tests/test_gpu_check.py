@@ -156,10 +156,10 @@ def test_one_line_per_path_exit_1_on_a_failure_and_the_stamp(tmp_path, capsys):
     assert json.loads((tmp_path / "rec" / "gpu_check_cpu-x.json").read_text())["passed"]
 
 
-GROUPS = {  # the smoke run in three parts, each under a minute on 2 cores: in this process, in subprocesses, decoding
-    "in-process": ["bf16", "fp16-scaler", "prefetch", "compile-buckets"],
+GROUPS = {  # the smoke run in three parts, each about a minute on 2 cores: in this process, in subprocesses, decoding
+    "in-process": ["bf16", "fp16-scaler", "prefetch", "compile-buckets", "unfused-loss"],
     "subprocesses": ["torchrun", "kill-resume"],
-    "decoding": ["decode", "evaluate", "export-hf", "export-ctranslate2"],
+    "decoding": ["decode", "evaluate", "inspect", "export-hf", "export-ctranslate2"],
 }
 
 
@@ -186,8 +186,58 @@ def test_cpu_smoke_runs_every_path(group, tmp_path):
     details = {r["path"]: r["detail"] for r in stamp["results"]}
     assert list(details) == GROUPS[group] and "--cpu-smoke" in stamp["command"]
     if group == "in-process":
-        assert "aot_eager backend, one length bucket" in details["compile-buckets"]
+        assert "aot_eager backend, dynamic shapes, 1 graph(s)" in details["compile-buckets"]
+        assert "dropout 0, fp32" in details["compile-buckets"]
         assert "bf16 autocast with a GradScaler forced on" in details["fp16-scaler"]
+        assert "validations with greedy BLEU" in details["unfused-loss"]
         assert "decided on the device" in details["bf16"] or "decided on the host" in details["bf16"]
     if group == "subprocesses":
         assert "SIGTERM at update" in details["kill-resume"] and "trained on cpu" in details["torchrun"]
+        assert "2 micro-batches per update (no_sync on the first)" in details["torchrun"]
+    if group == "decoding":
+        assert "ensemble of it twice" in details["inspect"] and "transformer-score within" in details["inspect"]
+
+
+# ------------------------------------------------------------------------------------------ engines and decoding
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout", "outcome", "message"),
+    [
+        (0, "loading\nPASS exported, loaded on cuda: equal on 100%\n", None, "exported, loaded on cuda"),
+        (0, "FAIL greedy output equal to ours on 60% of 40 sentences\n", CheckFailedError, "on 60% of 40"),
+        (0, "SKIP ctranslate2 is not installed\n", CheckSkippedError, "not installed"),
+        (-11, "loading CUDA libraries\n", CheckSkippedError, r"its process crashed \(exit code -11\)"),
+    ],
+)
+def test_an_engine_checked_in_its_own_process(monkeypatch, tmp_path, code, stdout, outcome, message):
+    """The export checks read the child's last line; a child that crashes (CTranslate2 loading its CUDA libraries)
+    is a SKIP with its reason, never the end of the check."""
+    from transformer.benchmarks import gpu_check_decoding, gpu_check_engines
+
+    calls = []
+    monkeypatch.setattr(gpu_check_decoding, "_checkpoint", lambda ctx: tmp_path / "checkpoint_last.pt")
+    monkeypatch.setattr(gpu_check_engines.subprocess, "run", lambda command, **kw: calls.append(command) or
+                        subprocess.CompletedProcess(command, code, stdout, ""))  # fmt: skip
+    ctx = gpu_check.context(smoke=True, work=tmp_path)
+    if outcome is None:
+        assert message in gpu_check_engines.check_export_ctranslate2(ctx)
+    else:
+        with pytest.raises(outcome, match=message):
+            gpu_check_engines.check_export_ctranslate2(ctx)
+    assert calls[0][1:4] == ["-m", "transformer.benchmarks.gpu_check_engines", "ctranslate2"]
+
+
+def test_half_precision_is_judged_by_agreement_and_chrf():
+    from transformer.benchmarks.gpu_check_decoding import _judge
+    from transformer.decoding.translator import Translation
+
+    def outputs(texts):
+        return [Translation(text=t, score=0.0, log_prob=0.0, tokens=[len(w) for w in t.split()]) for t in texts]
+
+    full = outputs([f"the word {i} of the book of Ruth" for i in range(20)])
+    near = outputs([f"the word {i} of the book of Ruth" if i % 3 else f"the word {i} of the book" for i in range(20)])
+    broken = outputs(["lord lord" for i in range(20)])
+    assert _judge(near, full, [t.text for t in full], "greedy bf16")[1]  # two thirds the same, chrF high
+    part, good = _judge(broken, full, [t.text for t in full], "greedy fp16")
+    assert not good and "same 0%" in part
