@@ -13,10 +13,10 @@
 - evaluate: `transformer-evaluate --precision auto` on the device exits 0, writes its scores, and its translations
   are the library's under the same precision on at least `AGREEMENT` of the sentences (another process).
 - inspect: `transformer-translate` with an ensemble (the checkpoint twice: the same probabilities as the model
-  alone), `--alignment` and `--attention-maps` on the device, and `transformer-score` on the device: the ensemble's
-  translations are the library's on at least `AGREEMENT` of the sentences, each line has its alignment, the maps
-  are drawn (where matplotlib is installed), and each pair's log-probability is the library's on the CPU within
-  1e-3 (relative).
+  alone), then with `--alignment` and `--attention-maps` (on `MAPPED` sentences: a figure per line, layer and
+  kind), and `transformer-score`, each on the device: the ensemble's translations are the library's on at least
+  `AGREEMENT` of 40 sentences, the aligned ones equal it and each has its alignment, the maps are drawn (where
+  matplotlib is installed), and each pair's log-probability is the library's on the CPU within 1e-3 (relative).
 - export-hf, export-ctranslate2: gpu_check_engines.py, each in a process of its own.
 """
 
@@ -42,6 +42,7 @@ AGREEMENT = 0.95  # share of sentences with the same tokens, fp32 against fp32 (
 SAME_FLOOR = 0.5  # the same for half precision against fp32 (see above)
 CHRF_FLOOR = 70.0  # chrF of half precision's outputs against fp32's (100: the same text)
 SCORE_TOLERANCE = 1e-3  # relative, a pair's log-probability on the device against the library's on the CPU
+MAPPED = 2  # sentences translated with alignments and attention maps (a figure per line, layer and kind)
 
 
 def agreement(a: list, b: list) -> float:
@@ -142,11 +143,12 @@ def _maps_wanted() -> bool:
     return True
 
 
-def _translate(ctx: Context, folder: Path, name: str, *arguments: str) -> list[str]:
-    """`transformer-translate ARGUMENTS` of the test sources on the device, fp32: its output lines."""
-    _cli(ctx, "translate", *arguments, "--precision", "fp32", "--input", str(folder / "src.txt"), "--output",
-         str(folder / name))  # fmt: skip
-    return (folder / name).read_text(encoding="utf-8").splitlines()
+def _translate(ctx: Context, folder: Path, sources: list[str], name: str, *arguments: str) -> list[str]:
+    """`transformer-translate ARGUMENTS` of `sources` on the device, fp32: its output lines."""
+    (folder / f"{name}.src").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
+    _cli(ctx, "translate", *arguments, "--precision", "fp32", "--input", str(folder / f"{name}.src"), "--output",
+         str(folder / f"{name}.out"))  # fmt: skip
+    return (folder / f"{name}.out").read_text(encoding="utf-8").splitlines()
 
 
 def check_inspect(ctx: Context) -> str:
@@ -157,19 +159,18 @@ def check_inspect(ctx: Context) -> str:
     model, tokenizer, config, sources, _ = _loaded(ctx)
     folder, checkpoint, maps, sources = ctx.work / "inspect", str(_checkpoint(ctx)), _maps_wanted(), sources[:40]
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "src.txt").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
     library = Translator(model, tokenizer, config.decode, device=ctx.device).translate_texts(sources)
-    ensemble = agreement(_translate(ctx, folder, "ensemble.txt", "--checkpoint", checkpoint, checkpoint), library)
-    drawn = ["--attention-maps", str(folder / "maps")] if maps else []
-    aligned = _translate(ctx, folder, "aligned.txt", "--checkpoint", checkpoint, "--alignment", *drawn)
-    same = agreement([line.split("\t")[0] for line in aligned], library)
-    require(min(ensemble, same) >= AGREEMENT, f"the model's translations: the ensemble's on {ensemble:.0%}, with "
-            f"alignments on {same:.0%} of {len(sources)}")  # fmt: skip
+    ensemble = agreement(_translate(ctx, folder, sources, "ensemble", "--checkpoint", checkpoint, checkpoint), library)
+    drawn = ["--attention-maps", str(folder / "maps")] if maps else []  # a figure per line, layer and kind: 2 lines
+    aligned = _translate(ctx, folder, sources[:MAPPED], "aligned", "--checkpoint", checkpoint, "--alignment", *drawn)
+    same = agreement([line.split("\t")[0] for line in aligned], library[:MAPPED])
+    require(ensemble >= AGREEMENT and same == 1.0, f"the model's translations: the ensemble's on {ensemble:.0%} of "
+            f"{len(sources)}, with alignments on {same:.0%} of {MAPPED}")  # fmt: skip
     require(all("\t" in line for line in aligned), "a line without its alignment")
     figures = len(list((folder / "maps").rglob("*.png"))) if maps else 0
     require(figures > 0 or not maps, "no attention map drawn")
     (folder / "tgt.txt").write_text("".join(f"{t}\n" for t in library), encoding="utf-8")
-    done = _cli(ctx, "score", "--checkpoint", checkpoint, "--precision", "fp32", "--src", str(folder / "src.txt"),
+    done = _cli(ctx, "score", "--checkpoint", checkpoint, "--precision", "fp32", "--src", str(folder / "ensemble.src"),
                 "--tgt", str(folder / "tgt.txt"), "--json")  # fmt: skip
     theirs = [p["log_prob"] for p in json.loads(done.stdout)["pairs"]]
     ours = [s.log_prob for s in score_texts(model.cpu(), tokenizer, sources, library, max_tokens=4000,
@@ -177,5 +178,6 @@ def check_inspect(ctx: Context) -> str:
     worst = max(abs(a - b) / max(abs(b), 1e-9) for a, b in zip(theirs, ours))
     require(len(theirs) == len(ours) and worst <= SCORE_TOLERANCE, f"transformer-score differs by {worst:.1e}")
     drew = f"{figures} attention maps" if maps else "no attention maps (matplotlib is not installed)"
-    return (f"the model's translations: the ensemble of it twice on {ensemble:.0%}, with alignments on {same:.0%} "
-            f"of {len(sources)}; {drew}; transformer-score within {worst:.1e} of the library on the CPU")  # fmt: skip
+    return (f"the model's translations: the ensemble of it twice on {ensemble:.0%} of {len(sources)}, with "
+            f"alignments on {same:.0%} of {MAPPED}; {drew}; transformer-score within {worst:.1e} of the library on "
+            "the CPU")  # fmt: skip
