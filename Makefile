@@ -23,7 +23,7 @@ RECIPE_ARGS ?=
 # records (no git there: scripts/gpu_report.py --print-commit prints it here); skipping goes by each step's stamp.
 GPU_PYTHON ?= $(BIN)/python
 GPU_COMMIT ?=
-GPU_BUDGET ?= 20m
+GPU_BUDGET ?= 7m
 GPU_ARGS ?=
 GPU_SETUP := $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 GPU_COMMIT_ARG := $(if $(GPU_COMMIT),--commit $(GPU_COMMIT))

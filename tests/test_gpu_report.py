@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_gpu_check import SMOKE_DETAILS
 
 from transformer.benchmarks.gpu_report import Report, run_capped, run_report
 from transformer.benchmarks.gpu_report_steps import STEP_NAMES, Step, decode_engines, gpu_steps, piece_record
@@ -249,6 +250,11 @@ def test_dress_rehearsal_of_a_gpu_window_on_the_cpu(tmp_path):
                             f"GPU_ARGS=--cpu-smoke --records {results / 'gpu'}"], env=env, capture_output=True,
                            text=True, timeout=700)  # fmt: skip
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
+    checked = json.loads((results / "gpu" / f"gpu_check_{slug(cpu_name())}.json").read_text())
+    assert checked["passed"] and [r["path"] for r in checked["results"]] == list(SMOKE_DETAILS)
+    for r in checked["results"]:  # every path passes on the CPU (an export skips only without its package)
+        assert (r["status"] == "PASS" and SMOKE_DETAILS[r["path"]] in r["detail"]) or (
+            r["status"] == "SKIP" and "not installed" in r["detail"]), r  # fmt: skip
 
     report_command = [python, "scripts/gpu_report.py", "--cpu-smoke", "--results", str(results), "--budget", "10m"]
     top = subprocess.Popen(["timeout", "-k", "10", "600", *report_command], cwd=tree, env=env, stdout=subprocess.PIPE,

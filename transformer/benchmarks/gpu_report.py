@@ -219,9 +219,9 @@ def run_step(step: Step, report: Report, cap: float, stamp: str) -> dict:
     status, code = "failed", None
     try:
         if command:
-            started = lambda pid: write_json(report.ledger(step.name), {**entry, "pgid": pid})  # noqa: E731
+            on_start = lambda pid: write_json(report.ledger(step.name), {**entry, "pgid": pid})  # noqa: E731
             status, code = run_capped(command, cap - (time.monotonic() - start), Path(entry["log"]), report.grace,
-                                      started)  # fmt: skip
+                                      on_start)  # fmt: skip
     except ReportStopped as exc:
         _finish(step, report, {**entry, "_start": start, "returncode": None, "signal": str(exc)}, "interrupted",
                 started)  # fmt: skip
