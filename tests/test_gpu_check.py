@@ -18,6 +18,7 @@ from conftest import random_tokens, tiny_model
 from transformer.benchmarks import gpu_check
 from transformer.benchmarks.gpu_check_runs import CheckFailedError, CheckSkippedError, Run, compare_losses
 from transformer.benchmarks.gpu_check_training import UpdateSpy, check_skip
+from transformer.benchmarks.stamps import write_json
 from transformer.config import load_config
 from transformer.data.batching import Batch
 from transformer.training import optim
@@ -154,6 +155,29 @@ def test_one_line_per_path_exit_1_on_a_failure_and_the_stamp(tmp_path, capsys):
     assert gpu_check.run_checks(ctx, passing, records=tmp_path / "rec", commit="abc123", device="CPU X",
                                 command="c") == 0  # fmt: skip
     assert json.loads((tmp_path / "rec" / "gpu_check_cpu-x.json").read_text())["passed"]
+
+
+def test_a_check_stopped_part_way_goes_on_from_its_record(tmp_path, capsys):
+    """A record with this stamp (a check killed part-way, one path failed): the paths it passed or skipped are
+    carried over, the others run; another stamp runs everything."""
+    names = [name for name, _ in gpu_check.CHECKS]
+    ran = []
+    run = lambda name: lambda ctx: ran.append(name) or "held"  # noqa: E731
+    earlier = [{"path": names[0], "status": "PASS", "detail": "held before", "seconds": 1.0},
+               {"path": names[1], "status": "SKIP", "detail": "no package", "seconds": 0.1},
+               {"path": names[2], "status": "FAIL", "detail": "broke", "seconds": 2.0}]  # fmt: skip
+    path = gpu_check.record_path(tmp_path, "CPU X")
+    write_json(path, {"kind": "gpu_check", "stamp": "s1", "finished": False, "passed": False, "results": earlier})
+    ctx = gpu_check.context(smoke=True, work=tmp_path)
+    checks = [(name, run(name)) for name in names]
+    assert gpu_check.run_checks(ctx, checks, records=tmp_path, commit="c", device="CPU X", command="c", stamp="s1") == 0
+    assert ran == names[2:] and "(recorded earlier with this stamp)" in capsys.readouterr().out
+    record = json.loads(path.read_text())
+    assert record["passed"] and [r["status"] for r in record["results"][:3]] == ["PASS", "SKIP", "PASS"]
+    assert record["results"][0]["detail"] == "held before"
+    ran.clear()
+    assert gpu_check.run_checks(ctx, checks, records=tmp_path, commit="c", device="CPU X", command="c", stamp="s2") == 0
+    assert ran == names  # another stamp: nothing carried over
 
 
 # What each path's line must say in the CPU smoke run (tests/test_gpu_report.py's dress rehearsal runs them all).

@@ -84,6 +84,18 @@ def test_order_budget_skipping_redo_and_records(tmp_path, capsys):
     assert trace.read_text().endswith("decode train train ")
 
 
+def test_a_capped_step_that_goes_on_runs_again(tmp_path):
+    """Capped steps stay recorded (the same cap would stop them again), except one that goes on from where it
+    stopped (the check), which the next call runs."""
+    trace, report = tmp_path / "trace", _report(tmp_path, budget=100)
+    sleepy = lambda report: [PY, "-c", f"open(r'{trace}', 'a').write('x '); import time; time.sleep(30)"]  # noqa: E731
+    steps = [Step("check", 1, sleepy, resumable=True), Step("train", 1, sleepy)]
+    assert run_report(steps, report) == 1
+    assert run_report(steps, report) == 1
+    assert trace.read_text() == "x x x "  # check twice, train once
+    assert json.loads((tmp_path / "results/gpu/report_train_gpu-z.json").read_text())["status"] == "capped"
+
+
 def test_stamps_follow_the_files_a_step_runs(tmp_path, monkeypatch):
     from transformer.benchmarks import stamps
 

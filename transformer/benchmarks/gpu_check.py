@@ -24,8 +24,10 @@ state or a stale weight moves a loss by whole percents.
 Record: `gpu_check_<device>.json` in --records (default docs/results/gpu/): the stamp (stamps.py: what the check
 runs, the GPU, the versions of torch and the optional packages), the code commit, device, date, command, and each
 path's status, detail and seconds, rewritten after every path; `passed` is true once every path ran and none failed,
-and `make gpu-report` then counts its check step done. `--only PATHS` runs some paths (the runs they compare with
-are made first) and writes `gpu_check_<device>_partial.json`. Exit code 1 when a path failed.
+and `make gpu-report` then counts its check step done. A check stopped part-way (or failing) goes on next time:
+the paths its record passed or skipped with the same stamp are not run again. `--only PATHS` runs some paths (the
+runs they compare with are made first) and writes `gpu_check_<device>_partial.json`. Exit code 1 when a path
+failed.
 """
 
 from __future__ import annotations
@@ -57,7 +59,16 @@ from transformer.benchmarks.gpu_check_runs import (
     Context,
     check_signature,
 )
-from transformer.benchmarks.stamps import ROOT, code_commit, device_name, slug, step_stamp, today, write_json
+from transformer.benchmarks.stamps import (
+    ROOT,
+    code_commit,
+    device_name,
+    read_json,
+    slug,
+    step_stamp,
+    today,
+    write_json,
+)
 
 CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("bf16", training.check_bf16),
@@ -107,16 +118,31 @@ def record_path(records: Path, device: str, partial: bool = False) -> Path:
     return records / f"gpu_check_{slug(device)}{'_partial' if partial else ''}.json"
 
 
+def carried_over(path: Path, stamp: str) -> dict[str, Outcome]:
+    """The paths that passed or were skipped in an unfinished or failed record at `path` with this stamp (a check
+    stopped part-way, or failing elsewhere): a later run goes on without them."""
+    record = read_json(path)
+    if not stamp or not record or record.get("stamp") != stamp:
+        return {}
+    return {r["path"]: Outcome(**r) for r in record.get("results", []) if r.get("status") in ("PASS", "SKIP")}
+
+
 def run_checks(ctx: Context, checks, *, records: Path, commit: str, device: str, command: str, stamp: str = "") -> int:
-    """The checks in order, the stamp rewritten after each; 0 when none failed, else 1. `passed` is true only when
-    every path of CHECKS ran and none failed; a run of some of them (--only) writes the partial stamp."""
+    """The checks in order, the record rewritten after each; 0 when none failed, else 1. `passed` is true only when
+    every path of CHECKS ran and none failed; a run of some of them (--only) writes the partial record. A run of
+    every path goes on from a record with the same stamp: the paths it passed or skipped are not run again."""
     start, outcomes, partial = time.perf_counter(), [], {n for n, _ in checks} != {n for n, _ in CHECKS}
+    earlier = {} if partial else carried_over(record_path(records, device), stamp)
     record = {"kind": "gpu_check", "device": device, "device_type": ctx.device.type, "torch": torch.__version__,
               "date": today(), "stamp": stamp, "commit": commit, "command": command,
               "mode": "cpu-smoke" if ctx.smoke else "cuda", "tolerances": {"same": ctx.tolerance,
               "compiled": ctx.compile_tolerance}}  # fmt: skip
     print(f"gpu-check on {device} ({ctx.device.type}, torch {torch.__version__}), commit {commit}", flush=True)
     for name, check in checks:
+        if name in earlier:
+            outcomes.append(earlier[name])
+            print(f"{earlier[name].status} {name}: {earlier[name].detail} (recorded earlier with this stamp)")
+            continue
         outcomes.append(run_one(name, check, ctx))
         results = [asdict(o) for o in outcomes]
         write_json(record_path(records, device, partial), {**record, "finished": False, "passed": False,

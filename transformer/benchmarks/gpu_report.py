@@ -22,7 +22,8 @@ files it runs, its configs and data, the GPU, the versions of torch and the pack
 the records it wrote and its log, `<results>/gpu/report_<step>_<gpu>.log`, written as the output comes. A later
 call skips a step recorded done, skipped, failed or capped with the same stamp (a failure is rarely fixed by
 running it again unchanged: fix it, which changes the stamp, or pass --redo STEP) and runs a running or
-interrupted one again.
+interrupted one again, and a capped one that goes on from where it stopped (the check: its paths already passed
+are not run again).
 
 A step starts only if its cap and the grace fit in what is left of the budget; one that does not is left for the
 next call, which runs it first (the order is the priority), while a later, shorter step may still run now. Each
@@ -84,7 +85,8 @@ class Report:
     def recorded(self, step: Step, stamp: str) -> str | None:
         """Why `step` needs no run (its record, with this stamp), or None."""
         record = read_json(self.ledger(step.name))
-        if record and record.get("stamp") == stamp and record.get("status") in RECORDED:
+        again = step.resumable and (record or {}).get("status") == "capped"  # it goes on from where it stopped
+        if record and record.get("stamp") == stamp and record.get("status") in RECORDED and not again:
             return f"{record['status']} on {record['date']}"
         done = step.adopt(self, stamp) if step.adopt is not None else None
         if done is not None:  # e.g. `make gpu-check` run alone, passed with this stamp: the check step is done

@@ -51,6 +51,7 @@ class Step:
     packages: tuple[str, ...] = ()  # the packages it uses besides torch: their versions are part of its stamp
     signature: str = ""  # the arguments that change what it measures: part of its stamp
     adopt: Callable[[Report, str], dict | None] | None = None  # a record made outside the report that does for it
+    resumable: bool = False  # capped, it goes on from where it stopped when run again: run it again
 
 
 # ------------------------------------------------------------------------------------------------ check
@@ -82,7 +83,8 @@ def _check(smoke: bool, cap: float) -> Step:
         return {"adopted": f"gpu-check passed alone ({path.name})", "records": [str(path)],
                 "seconds": record.get("seconds"), "command": record.get("command")}  # fmt: skip
 
-    return Step("check", cap, command, summary, CHECK_DEPENDS, CHECK_PACKAGES, check_signature(smoke), adopt)
+    signature = check_signature(smoke)
+    return Step("check", cap, command, summary, CHECK_DEPENDS, CHECK_PACKAGES, signature, adopt, resumable=True)
 
 
 # ------------------------------------------------------------------------------------------------ decode
