@@ -189,7 +189,7 @@ SMOKE_DETAILS = {
     "unfused-loss": "validations with greedy BLEU",
     "torchrun": "2 micro-batches per update (no_sync on the first)",
     "kill-resume": "SIGTERM at update",
-    "decode": "CPU smoke: the tiny reference",
+    "decode": "CPU smoke: the tiny model, pre-LN",
     "evaluate": "precision auto (fp32)",
     "inspect": "transformer-score within",
     "export-hf": "exported, loaded on cpu",

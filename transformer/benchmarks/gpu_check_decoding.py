@@ -1,5 +1,6 @@
 """The decoding paths of `make gpu-check` (gpu_check.py runs them), on the checkpoint of the decoding model
-(gpu_check_runs.py: on a GPU a model that translates, trained there; in the CPU smoke mode the tiny reference):
+(gpu_check_runs.py: on a GPU a model that translates, trained there; in the CPU smoke mode the tiny model,
+pre-LN as that one is):
 
 - decode: greedy and beam 4 under bf16 and fp16 autocast (CPU smoke mode: bf16 only; fp16 is CUDA only) against
   fp32 on the same test sentences, judged by how close the outputs are to fp32's, not by a BLEU margin (which on
@@ -102,7 +103,7 @@ def check_decode(ctx: Context) -> str:
             bad += [] if good else [part]
     require(not bad, f"half precision strays from fp32 (floors: same {SAME_FLOOR:.0%}, chrF {CHRF_FLOOR:g}): "
             f"{'; '.join(bad)}")  # fmt: skip
-    note = "" if ctx.device.type == "cuda" else " (CPU smoke: the tiny reference; fp16 autocast is CUDA only)"
+    note = "" if ctx.device.type == "cuda" else " (CPU smoke: the tiny model, pre-LN; fp16 autocast is CUDA only)"
     return f"{len(sources)} test sentences against fp32: {'; '.join(parts)}{note}"
 
 

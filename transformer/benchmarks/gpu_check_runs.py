@@ -59,11 +59,11 @@ class Sizes:
     kill_at: int  # SIGTERM once this update is logged
     short_updates: int  # every other run
     force_at: int  # the update whose gradients are made non-finite
-    decoder_updates: int  # the decoding model's run (0: the decoding checks use the reference's checkpoint)
+    decoder_updates: int  # the decoding model's run
 
 
 GPU_SIZES = Sizes(reference_updates=40, kill_at=8, short_updates=12, force_at=4, decoder_updates=1000)
-SMOKE_SIZES = Sizes(reference_updates=12, kill_at=4, short_updates=6, force_at=3, decoder_updates=0)
+SMOKE_SIZES = Sizes(reference_updates=12, kill_at=4, short_updates=6, force_at=3, decoder_updates=6)
 
 
 def short_splits() -> list[str]:
@@ -190,12 +190,12 @@ def reference_run(ctx: Context) -> Run:
 
 def decoder_run(ctx: Context) -> Run:
     """The decoding checks' model, trained in bf16 on first use: on a GPU `Context.decoder_overrides`; in the CPU
-    smoke mode the reference run (whose outputs are too short to mean much: the smoke run checks the plumbing)."""
-    if not ctx.sizes.decoder_updates:
-        return reference_run(ctx)
+    smoke mode the tiny model pre-LN as configs/demo.yaml's is (so that the export takes the same path), whose
+    outputs are too short to mean much: the smoke run checks the plumbing."""
     if ctx.decoder is None:
         n = ctx.sizes.decoder_updates
-        make = lambda: train(ctx, "decoder", n, config=load_config(DEMO, ctx.decoder_overrides(n)))  # noqa: E731
-        ctx.decoder = once(ctx, "decoding model", make)
+        smoke = load_config(TINY, ctx.overrides("decoder", n, "model.norm_first=true"))
+        config = smoke if ctx.smoke else load_config(DEMO, ctx.decoder_overrides(n))
+        ctx.decoder = once(ctx, "decoding model", lambda: train(ctx, "decoder", n, config=config))
         require(ctx.decoder.result["step"] == n, f"the decoding model stopped at update {ctx.decoder.result['step']}")
     return ctx.decoder
