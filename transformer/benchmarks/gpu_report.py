@@ -201,6 +201,23 @@ def _finish(step: Step, report: Report, entry: dict, status: str, since: float) 
     return entry
 
 
+def _command_and_run(step: Step, report: Report, entry: dict, deadline: float) -> tuple[str, int | None]:
+    """Build the step's command (into `entry`) and run it until `deadline` (a time.monotonic()): (status, exit
+    code)."""
+    try:
+        entry["command"] = " ".join(command := step.command(report))
+    except ReportStopped:
+        raise
+    except Exception as exc:  # a step that cannot even be set up fails alone; the report goes on
+        command, entry["problem"] = [], f"no command: {_first_line(exc)}"
+    print(f"[{step.name}] running, cap {entry['cap_seconds']:.0f} s: {entry['command'] or entry['problem']}",
+          flush=True)  # fmt: skip
+    if not command:
+        return "failed", None
+    on_start = lambda pid: write_json(report.ledger(step.name), {**entry, "pgid": pid})  # noqa: E731
+    return run_capped(command, deadline - time.monotonic(), Path(entry["log"]), report.grace, on_start)
+
+
 def run_step(step: Step, report: Report, cap: float, stamp: str) -> dict:
     """Run one step under its cap (what building its command took, e.g. the CTranslate2 probe, included), its
     record written as "running" first and with the outcome at the end (also when this process is stopped)."""
@@ -212,18 +229,7 @@ def run_step(step: Step, report: Report, cap: float, stamp: str) -> dict:
              "log": str(report.ledger(step.name, "log"))}  # fmt: skip
     write_json(report.ledger(step.name), entry)
     try:
-        entry["command"] = " ".join(command := step.command(report))
-    except ReportStopped:
-        raise
-    except Exception as exc:  # a step that cannot even be set up fails alone; the report goes on
-        command, entry["problem"] = [], f"no command: {_first_line(exc)}"
-    print(f"[{step.name}] running, cap {cap:.0f} s: {entry['command'] or entry['problem']}", flush=True)
-    status, code = "failed", None
-    try:
-        if command:
-            on_start = lambda pid: write_json(report.ledger(step.name), {**entry, "pgid": pid})  # noqa: E731
-            status, code = run_capped(command, cap - (time.monotonic() - start), Path(entry["log"]), report.grace,
-                                      on_start)  # fmt: skip
+        status, code = _command_and_run(step, report, entry, start + cap)
     except ReportStopped as exc:
         _finish(step, report, {**entry, "_start": start, "returncode": None, "signal": str(exc)}, "interrupted",
                 started)  # fmt: skip
