@@ -10,13 +10,13 @@ One split of `data:` in the config (a `SplitConfig`) is one of
     {dataset: json, data_files: x.jsonl, columns: [en, de]}   flat text columns instead of `translation`
     {corpora: [{tsv: a.tsv}, {src: b.en, tgt: b.de, weight: 2}]}   several corpora, concatenated
 
-and `stream_pairs` turns any of them into chunks of pairs (two equally long lists of strings), `load_pairs` into
-one pair of lists. `SplitConfig.KINDS` names each kind's
-fields; `READERS` (at the end) holds each kind's reader, name and local files, and is the only place that
-dispatches on the kind. Text files are read here directly
-(in blocks of whole lines, each decoded at once, lines split on "\n" only, each line stripped of surrounding
-whitespace, no quoting in TSV), so that errors can name the file and the line; every source then goes through the same
-process-parallel encoding in `transformer.data.prepare`. Problems the user can fix raise a one-line `UserError`.
+and `stream_pairs` turns any of them into chunks of pairs (two equally long lists of strings; memory holds a chunk,
+never the corpus), `load_pairs` into one pair of lists. `SplitConfig.KINDS` names each kind's fields; `READERS` (at
+the end) holds each kind's reader, name and local files, and is the only place that dispatches on the kind. Text
+files are read here directly (in blocks of whole lines, each decoded at once, lines split on "\n" only, each line
+stripped of surrounding whitespace, no quoting in TSV), so that errors can name the file and the line; `datasets`
+sources are read by `transformer.data.datasets_source`. Every source then goes through the same process-parallel
+encoding in `transformer.data.prepare`. Problems the user can fix raise a one-line `UserError`.
 """
 
 from __future__ import annotations
