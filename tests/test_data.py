@@ -339,8 +339,7 @@ def brute_force_filter(pairs, tokenizer, data) -> tuple[list[tuple], dict[str, i
         dict.fromkeys(["empty", "too_long", "length_ratio", "source_is_target", "duplicate"], 0),
         set(),
     )
-    for s, t in zip(*pairs):
-        src, tgt = tokenizer.encode_src([s])[0], tokenizer.encode_tgt([t])[0]
+    for s, t, src, tgt in zip(*pairs, tokenizer.encode_src(pairs[0]), tokenizer.encode_tgt(pairs[1])):
         S, T = len(src), len(tgt) + 1
         if S <= 1 or T <= 1:
             dropped["empty"] += 1
