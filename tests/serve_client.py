@@ -68,7 +68,7 @@ def call(port: int, method: str, path: str, body: object = None, *, headers: dic
         connection.close()
     kind = response.getheader("Content-Type", "")
     value = json.loads(data) if kind.startswith("application/json") else data.decode("utf-8", "replace")
-    return response.status, dict(response.getheaders()), value
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, value
 
 
 def raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
