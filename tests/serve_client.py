@@ -15,6 +15,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from transformer.config import DecodeConfig
+from transformer.decoding.translator import Translation
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -115,3 +118,28 @@ def in_process(engine, serve_config, keys=None):
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+class ScriptedEngine:
+    """Engine's interface: a line's translation is the line upper-cased; "boom" raises; `gate` holds decoding."""
+
+    languages = ("es", "en")
+    defaults = DecodeConfig()
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls: list[list[str]] = []
+
+    def supports(self, control: str) -> bool:
+        return False
+
+    def count_tokens(self, lines: list[str]) -> int:
+        return sum(len(line.split()) + 1 for line in lines)
+
+    def decode(self, settings, lines, controls):
+        self.gate.wait(30)
+        self.calls.append(list(lines))
+        if "boom" in lines:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return [[Translation(line.upper(), -1.0, -1.0, list(range(len(line.split()))))] for line in lines]

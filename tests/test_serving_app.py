@@ -12,37 +12,11 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from serve_client import call, in_process  # noqa: E402
+from serve_client import ScriptedEngine, call, in_process  # noqa: E402
 
-from transformer.config import DecodeConfig, ServeConfig  # noqa: E402
-from transformer.decoding.translator import Translation  # noqa: E402
+from transformer.config import ServeConfig  # noqa: E402
 
 LANGS = {"source": "es", "target": "en"}
-
-
-class ScriptedEngine:
-    """Engine's interface: a line's translation is the line upper-cased; "boom" raises; `gate` holds decoding."""
-
-    languages = ("es", "en")
-    defaults = DecodeConfig()
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.calls: list[list[str]] = []
-
-    def supports(self, control: str) -> bool:
-        return False
-
-    def count_tokens(self, lines: list[str]) -> int:
-        return sum(len(line.split()) + 1 for line in lines)
-
-    def decode(self, settings, lines, controls):
-        self.gate.wait(30)
-        self.calls.append(list(lines))
-        if "boom" in lines:
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return [[Translation(line.upper(), -1.0, -1.0, list(range(len(line.split()))))] for line in lines]
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_the_admitted_requests_are_answered():
