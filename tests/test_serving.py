@@ -343,3 +343,19 @@ def test_the_body_limit_is_checked_before_the_body_is_read(server):
     answer = raw(server.port, head + b"{}")
     assert answer.startswith(b"HTTP/1.1 413") and b"Request body too large" in answer
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"].startswith("Request body too large")
+
+
+def test_the_readme_curl_request(server, oracle):
+    """README's curl example, sent as curl sends it, with the tiny model's language codes for es and en."""
+    import shlex
+
+    from serve_client import ROOT
+
+    line = next(x for x in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if x.startswith("curl "))
+    tokens = shlex.split(line)
+    url, header, data = tokens[2], tokens[tokens.index("-H") + 1], tokens[tokens.index("-d") + 1]
+    assert url == "localhost:5000/translate"
+    fields = {**json.loads(data), **LANGS}
+    name, value = header.split(": ")
+    status, _, answer = post(server, "/translate", json.dumps(fields).encode(), headers={name: value})
+    assert status == 200 and answer == {"translatedText": oracle.translate([fields["q"]])[0]}

@@ -7,6 +7,7 @@
     t.translate(["Hola."], alignment=True)  # -> [Translation(text="Hello.", alignment=[(0, 0)], ...)]
     t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
+    t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
