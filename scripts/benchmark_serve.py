@@ -1,7 +1,7 @@
 """Load benchmark of transformer-serve against Translator.translate (transformer/benchmarks/serve_load.py).
 
     python scripts/benchmark_serve.py --checkpoint runs/demo/checkpoint_last.pt [--clients 1 8 32]
-        [--sentences 96] [--rounds 2] [--json out.json]
+        [--sentences 96] [--rounds 2] [--threads N] [--json out.json]
 
 Needs the serve extra. Prints a Markdown table (docs/serving.md keeps the measured one, with its machine).
 """
@@ -34,19 +34,23 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--sentences", type=int, default=96, help="sentences per level")
     parser.add_argument("--rounds", type=int, default=2, help="repeats, interleaved; medians are reported")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads, the server's and this process's alike")
     parser.add_argument("--server-args", default="", help="extra transformer-serve flags, e.g. '--batch-wait-ms 10'")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
     from transformer import Translator
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    server_args = args.server_args.split() + (["--threads", str(args.threads)] if args.threads else [])
     sentences = book_sentences(args.sentences)
     translator = Translator.from_checkpoint(args.checkpoint, device="cpu")
     languages = (translator.config.data.src_lang, translator.config.data.tgt_lang)
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            process, port = start_server(args.checkpoint, Path(tmp) / f"server{r}.log", args.server_args.split())
+            process, port = start_server(args.checkpoint, Path(tmp) / f"server{r}.log", server_args)
             run_clients(port, sentences[:8], 4, languages)  # warm-up, not counted
             levels = [run_clients(port, sentences, n, languages) for n in args.clients]
             assert stop_server(process) == 0
