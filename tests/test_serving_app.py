@@ -14,7 +14,8 @@ pytest.importorskip("uvicorn")
 
 from serve_client import ScriptedEngine, call, in_process  # noqa: E402
 
-from transformer.config import ServeConfig  # noqa: E402
+from transformer.config import DecodeConfig, ServeConfig  # noqa: E402
+from transformer.decoding.translator import Translation  # noqa: E402
 
 LANGS = {"source": "es", "target": "en"}
 
@@ -88,3 +89,43 @@ def test_controls_the_translator_lacks_are_refused_by_name():
     with in_process(ScriptedEngine(), ServeConfig()) as port:
         status, _, answer = call(port, "POST", "/api/translate", {"q": "a", "prefix": "b"})
         assert status == 400 and "prefix is not supported" in answer["error"]
+
+
+class SteerableTranslator:
+    """A Translator whose translate takes prefix=, constraints= and replace_unk= (as the steering controls do):
+    records what it is given; each line's translation is its prefix + the line upper-cased."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.tokenizer = SimpleNamespace(encode_src=lambda lines: [line.split() + ["</s>"] for line in lines])
+        self.config = SimpleNamespace(decode=DecodeConfig(), data=SimpleNamespace(src_lang="es", tgt_lang="en"))
+        self.calls: list[dict] = []
+
+    def translate(self, lines, *, nbest=None, alignment=False, alignment_layer=None, prefix=None, constraints=None,
+                  replace_unk=False):  # fmt: skip
+        self.calls.append(dict(lines=list(lines), prefix=prefix, constraints=constraints, replace_unk=replace_unk))
+        prefix = prefix or [""] * len(lines)
+        return [[Translation(p + line.upper(), 0.0, 0.0, [1])] for p, line in zip(prefix, lines)]
+
+
+def test_prefixes_constraints_and_replace_unk_pass_through_to_translate_joined_across_requests():
+    from transformer.serving.engine import Engine
+
+    translator = SteerableTranslator()
+    with in_process(Engine(translator), ServeConfig(batch_wait_ms=300)) as port:
+        answers = {}
+        bodies = [{"q": ["a", "b"], "prefix": ["P:", ""], "constraints": [["x"], []], "replace_unk": True},
+                  {"q": "c", "prefix": "Q:", "constraints": ["y", "z"], "replace_unk": True}]  # fmt: skip
+        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/api/translate",
+                   bodies[n]))) for n in range(2)]  # fmt: skip
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(30)
+        texts = [[hyps[0]["text"] for hyps in answers[n][2]["translations"]] for n in range(2)]
+        assert texts == [["P:A", "B"], ["Q:C"]]
+        assert translator.calls == [dict(lines=["a", "b", "c"], prefix=["P:", "", "Q:"],
+                                         constraints=[["x"], [], ["y", "z"]], replace_unk=True)]  # fmt: skip
+        status, _, answer = call(port, "POST", "/api/translate", {"q": ["a"], "constraints": ["x"]})
+        assert status == 400 and "each a list of strings" in answer["error"]

@@ -1,11 +1,11 @@
 """The model behind the server: one `Translator` (one model or an ensemble), decoded with each request's settings.
 
-Requests may change the search (beam size, length penalty, lengths, n-best, alignments) within the server's
-limits; `Translator.with_decode` gives a translator with those settings over the same model, and the last few such
+Requests may change the search (beam size, length penalty, lengths, n-best, alignments) within the server's limits;
+`Translator.with_decode` gives a translator with those settings over the same model, and the last few such
 translators are kept (`VARIANTS`). Search controls that take one value per line (`CONTROLS`: prefix, constraints)
-pass through to `Translator.translate` as keyword arguments when this version's `translate` accepts them
-(`Engine.supports`); otherwise a request naming one is refused. The model is used by one thread at a time (`lock`):
-the batcher's worker, or an attention request.
+and switches (`OPTIONS`: replace_unk) pass through to `Translator.translate` as keyword arguments when this
+version's `translate` accepts them (`Engine.supports`); otherwise a request naming one is refused. The model is used
+by one thread at a time (`lock`): the batcher's worker, or an attention request.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from transformer.decoding.attention_maps import attention_figures
 from transformer.errors import UserError
 
 CONTROLS = ("prefix", "constraints")  # per-line search controls passed through to Translator.translate
+OPTIONS = ("replace_unk",)  # per-request switches (true/false) passed through to Translator.translate
 VARIANTS = 16  # translators with other settings kept (they share the model; each holds only its settings)
 ATTENTION_PIECES = 60  # rows and columns of an attention answer (attention_maps.py caps and sums past this)
 
@@ -35,6 +36,7 @@ class Settings:
     alignment: bool = False  # word alignments for each hypothesis
     alignment_layer: int | None = None  # the decoder layer they are read from (None: the last)
     controls: tuple[str, ...] = ()  # the per-line controls given (names from CONTROLS)
+    options: tuple[tuple[str, bool], ...] = ()  # (name from OPTIONS, value) pairs given
 
 
 class Engine:
@@ -49,7 +51,7 @@ class Engine:
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
 
     def supports(self, control: str) -> bool:
-        """Whether this version's Translator.translate takes `control` (prefix=, constraints=)."""
+        """Whether this version's Translator.translate takes `control` (prefix=, constraints=, replace_unk=)."""
         return control in inspect.signature(self.translator.translate).parameters
 
     def count_tokens(self, lines: list[str]) -> int:
@@ -63,7 +65,7 @@ class Engine:
         with self.lock:
             return translator.translate(
                 lines, nbest=settings.nbest, alignment=settings.alignment,
-                alignment_layer=settings.alignment_layer, **controls,
+                alignment_layer=settings.alignment_layer, **controls, **dict(settings.options),
             )  # fmt: skip
 
     def _variant(self, decode: tuple[tuple[str, Any], ...]):

@@ -3,10 +3,11 @@
 Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newlines inside), and optionally
 `beam_size`, `nbest`, `alpha`, `length_penalty`, `max_len_a`, `max_len_b`, `min_len` (DecodeConfig's fields, each
 within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
-controls of engine.CONTROLS where the Translator supports them (`prefix`: one string per line; `constraints`: one
-list of strings per line), and `api_key`. Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line
-of `q` (best first), each hypothesis `{"text", "score", "log_prob", "tokens"}` (the number of output pieces) and,
-with `alignment`, `"alignment": [[source word, target word], ...]`.
+controls of engine.CONTROLS where the Translator supports them (`prefix`: one string per line, "" for none;
+`constraints`: one list of strings per line, [] for none), `replace_unk` (true/false, likewise), and `api_key`.
+Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
+`{"text", "score", "log_prob", "tokens"}` (the number of output pieces) and, with `alignment`, `"alignment":
+[[source word, target word], ...]`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from __future__ import annotations
 import math
 
 from transformer.config import DecodeConfig, choices
-from transformer.serving.engine import CONTROLS, Settings
+from transformer.serving.engine import CONTROLS, OPTIONS, Settings
 from transformer.serving.requests import ApiError, check_lines, short
 
 SEARCH = ("beam_size", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len")  # DecodeConfig fields
-FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS)
+FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS, *OPTIONS)
+ENTRY = {  # what one line's entry of each control is
+    "prefix": ("a string", lambda v: isinstance(v, str)),
+    "constraints": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
 MAX_ALPHA = 10.0  # the largest length-penalty exponent a request may ask for
 
 
@@ -78,8 +83,26 @@ def _controls(fields: dict, n_lines: int, single: bool, supports) -> dict[str, l
         entries = [value] if single else value
         if not isinstance(entries, list) or len(entries) != n_lines:
             raise _bad(name, f"a list with one entry per line of q ({n_lines})", value)
+        what, valid = ENTRY[name]
+        if not all(valid(entry) for entry in entries):
+            raise _bad(name, f"one entry per line, each {what}", value)
         controls[name] = entries
     return controls
+
+
+def _options(fields: dict, supports) -> tuple[tuple[str, bool], ...]:
+    """The switches given (true/false), each one this server's Translator supports."""
+    options = []
+    for name in OPTIONS:
+        value = fields.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise _bad(name, "true or false", value)
+        if not supports(name):
+            raise ApiError(400, f"Invalid request: {name} is not supported by this server's Translator")
+        options.append((name, value))
+    return tuple(options)
 
 
 def plan_native(fields: dict, defaults: DecodeConfig, supports, *, max_lines: int, max_chars: int, max_beam: int,
@@ -102,7 +125,7 @@ def plan_native(fields: dict, defaults: DecodeConfig, supports, *, max_lines: in
     controls = _controls(fields, len(lines), isinstance(fields["q"], str), supports)
     decode = tuple(sorted(search.items()))
     settings = Settings(decode=decode, nbest=nbest, alignment=alignment, alignment_layer=layer,
-                        controls=tuple(sorted(controls)))  # fmt: skip
+                        controls=tuple(sorted(controls)), options=_options(fields, supports))  # fmt: skip
     return lines, settings, controls
 
 
