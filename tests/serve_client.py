@@ -74,11 +74,13 @@ def call(port: int, method: str, path: str, body: object = None, *, headers: dic
     return response.status, {k.lower(): v for k, v in response.getheaders()}, value
 
 
-def raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
-    """Send raw bytes; what comes back before the server closes (or the timeout)."""
+def raw(port: int, data: bytes, timeout: float = 10.0, *, half_close: bool = True) -> bytes:
+    """Send raw bytes (then end the sending side, unless not `half_close`); what comes back before the server
+    closes (or the timeout)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
         chunks = []
         try:
             while chunk := sock.recv(65536):
