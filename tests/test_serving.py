@@ -359,3 +359,25 @@ def test_the_readme_curl_request(server, oracle):
     name, value = header.split(": ")
     status, _, answer = post(server, "/translate", json.dumps(fields).encode(), headers={name: value})
     assert status == 200 and answer == {"translatedText": oracle.translate([fields["q"]])[0]}
+
+
+def test_a_full_queue_answers_503_with_retry_after(checkpoint, tmp_path, oracle):
+    args = ["--checkpoint", str(checkpoint), "--queue-lines", "4", "--batch-wait-ms", "3000", "--batch-tokens", "99999"]
+    served = Served(args, tmp_path / "log")  # admitted requests wait 3 s for others: the queue stays full meanwhile
+    try:
+        texts = sentences(4, seed=31)
+        answers: dict[int, object] = {}
+        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, post(served, "/translate",
+                   {"q": texts[n], **LANGS}))) for n in range(4)]  # fmt: skip
+        for c in clients:
+            c.start()
+        deadline = time.monotonic() + 20
+        while call(served.port, "GET", "/metrics")[2]["queue_lines"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        status, headers, answer = post(served, "/translate", {"q": "one too many", **LANGS})
+        assert status == 503 and headers["retry-after"] == "1" and "retry later" in answer["error"]
+        for c in clients:
+            c.join(30)
+        assert [answers[n][::2] for n in range(4)] == [(200, {"translatedText": t}) for t in oracle.translate(texts)]
+    finally:
+        assert served.stop() == 0
