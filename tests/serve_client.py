@@ -127,6 +127,7 @@ class ScriptedEngine:
 
     languages = ("es", "en")
     defaults = DecodeConfig()
+    attends = False
 
     def __init__(self) -> None:
         self.gate = threading.Event()

@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("multipart")
 
 from serve_client import Served, call, multipart, raw  # noqa: E402
-from tiny_checkpoint import build_trained, sentences  # noqa: E402
+from tiny_checkpoint import build_sibling, build_trained, sentences  # noqa: E402
 
 from transformer.commands.cli import serve_main  # noqa: E402
 
@@ -379,5 +379,21 @@ def test_a_full_queue_answers_503_with_retry_after(checkpoint, tmp_path, oracle)
         for c in clients:
             c.join(30)
         assert [answers[n][::2] for n in range(4)] == [(200, {"translatedText": t}) for t in oracle.translate(texts)]
+    finally:
+        assert served.stop() == 0
+
+
+def test_an_ensemble_translates_as_the_python_api_and_the_page_is_told_it_has_no_alignments(checkpoint, tmp_path):
+    from transformer import Translator
+
+    sibling = build_sibling(checkpoint, tmp_path, seed=3)
+    served = Served(["--checkpoint", str(checkpoint), str(sibling)], tmp_path / "log")
+    try:
+        q = ["the dog ran home", "a small cat"]
+        expected = Translator.from_checkpoint([checkpoint, sibling]).translate(q)
+        assert post(served, "/translate", {"q": q, **LANGS})[::2] == (200, {"translatedText": expected})
+        assert call(served.port, "GET", "/frontend/settings")[2]["alignments"] is False
+        status, _, answer = post(served, "/api/translate", {"q": q, "alignment": True})
+        assert status == 400 and "ensemble" in answer["error"]
     finally:
         assert served.stop() == 0

@@ -100,6 +100,7 @@ class SteerableTranslator:
 
         self.tokenizer = SimpleNamespace(encode_src=lambda lines: [line.split() + ["</s>"] for line in lines])
         self.config = SimpleNamespace(decode=DecodeConfig(), data=SimpleNamespace(src_lang="es", tgt_lang="en"))
+        self.model = SimpleNamespace()  # no decoder: an ensemble's shape
         self.calls: list[dict] = []
 
     def translate(self, lines, *, nbest=None, alignment=False, alignment_layer=None, prefix=None, constraints=None,

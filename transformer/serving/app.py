@@ -111,6 +111,7 @@ async def frontend_settings(request: Request) -> dict:
     return {
         "charLimit": service.serve.max_chars, "apiKeys": service.keys is not None,
         "keyRequired": service.keys is not None, "suggestions": False, "supportedFilesFormat": [],
+        "alignments": service.engine.attends,
         "language": {"source": {"code": source, "name": NAMES.get(source, source)},
                      "target": {"code": target, "name": NAMES.get(target, target)}},
     }  # fmt: skip

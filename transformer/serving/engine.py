@@ -47,6 +47,7 @@ class Engine:
         self.tokenizer = translator.tokenizer
         self.defaults = translator.config.decode
         self.languages = (translator.config.data.src_lang, translator.config.data.tgt_lang)
+        self.attends = hasattr(translator.model, "decoder")  # one model: alignments and attention; an ensemble: not
         self.lock = threading.Lock()
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
 
@@ -81,7 +82,7 @@ class Engine:
         its translation's `tokens`: {"layer", "rows" (target pieces, then </s>), "columns" (source pieces, then
         </s>), "weights" (rows x columns, each row summing to 1)}."""
         model = self.translator.model
-        if not hasattr(model, "decoder"):
+        if not self.attends:
             raise UserError("attention is read from one model's layers; this server decodes with an ensemble")
         layer = resolve_layer(layer, len(model.decoder.layers))
         src_ids = self.tokenizer.encode_src([text.strip()])[0]
