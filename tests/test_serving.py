@@ -219,6 +219,8 @@ MALFORMED = [  # (path, body, headers): each must get a 4xx with an `error` fiel
     ("/translate", b"123", JSON),
     ("/translate", b'{"q": "\xff\xfe", "source": "xx", "target": "yy"}', JSON),
     ("/translate", b"\xff\xfe\x00\x01", JSON),
+    ("/translate", b'{"q": "a\\ud800b", "source": "xx", "target": "yy"}', JSON),
+    ("/translate", b'{"q": "a", "source": "xx", "target": "yy", "api_key": "\\udfff"}', JSON),
     ("/translate", b"[" * 3000 + b"]" * 3000, JSON),
     ("/translate", {"q": {"a": 1}, **LANGS}, None),
     ("/translate", {"q": [["nested"]], **LANGS}, None),

@@ -60,6 +60,10 @@ def parse_json(body: bytes) -> dict:
         raise ApiError(400, "Invalid JSON format") from None
     if not isinstance(value, dict):
         raise ApiError(400, "Invalid JSON format")
+    try:  # "\ud800" parses, but a lone surrogate is no text: refused here, not found by the tokenizer
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "Invalid JSON format: a string holds a lone surrogate (\\ud800-\\udfff)") from None
     return value
 
 
