@@ -160,16 +160,11 @@ class Tokenizer:
 
     def pieces(self, side: str = "tgt") -> list[str]:
         """Every piece of the `side` ("src" or "tgt") vocabulary, in id order: what two tokenizers compare."""
-        if self.table is not None:
-            return list(self.table.pieces)
-        processor = self._src if side == "src" else self._tgt
-        return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+        piece, size = (self.src_piece, self.src_vocab_size) if side == "src" else (self.tgt_piece, self.tgt_vocab_size)
+        return [piece(i) for i in range(size)]
 
-    def __getstate__(self) -> dict:  # pickled as model bytes (for `datasets.map(num_proc=...)` workers)
-        return self.to_bytes()
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["src"], state["tgt"], table=state.get("table"), bos_id=state.get("bos", BOS_ID))
+    def __reduce__(self):  # pickled as model bytes (for `datasets.map(num_proc=...)` workers)
+        return Tokenizer.from_bytes, (self.to_bytes(),)
 
     def __repr__(self) -> str:
         kind = "joint" if self.table is None and self.joint else "separate" if self.table is None else "table"
@@ -203,15 +198,11 @@ class Tokenizer:
 
     def src_piece(self, token_id: int) -> str:
         """The source piece for an id (for debugging and tests)."""
-        if self.table is not None:
-            return self.table.pieces[int(token_id)]
-        return self._src.id_to_piece(int(token_id))
+        return self.table.pieces[int(token_id)] if self.table else self._src.id_to_piece(int(token_id))
 
     def tgt_piece(self, token_id: int) -> str:
         """The target piece for an id."""
-        if self.table is not None:
-            return self.table.pieces[int(token_id)]
-        return self._tgt.id_to_piece(int(token_id))
+        return self.table.pieces[int(token_id)] if self.table else self._tgt.id_to_piece(int(token_id))
 
 
 def read_model_file(path: str, what: str) -> bytes:
