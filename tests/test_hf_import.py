@@ -78,8 +78,16 @@ def test_logits_equal_hf_on_a_padded_batch(imported):
 def _hf_generate(hf, hf_tok, beams: int) -> list[list[int]]:
     batch = hf_tok(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
-        out = hf.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=MAX_NEW, early_stopping=True,
-                          length_penalty=1.0, forced_eos_token_id=None, bad_words_ids=[[hf.config.pad_token_id]])  # fmt: skip
+        out = hf.generate(
+            **batch,
+            num_beams=beams,
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            early_stopping=True,
+            length_penalty=1.0,
+            forced_eos_token_id=None,
+            bad_words_ids=[[hf.config.pad_token_id]],
+        )
     return out.tolist()
 
 
@@ -134,8 +142,12 @@ def test_round_trip_hf_import_export_gives_equal_logits(imported, tmp_path):
     to_a = torch.tensor([hf_tok.convert_tokens_to_ids(tok2.convert_ids_to_tokens(i)) for i in range(lb.size(-1))])
     torch.testing.assert_close(lb, la[..., to_a], atol=1e-4, rtol=0)
     same = dict(num_beams=4, max_new_tokens=8, early_stopping=True, length_penalty=1.0, forced_eos_token_id=None)
-    texts_a = hf_tok.batch_decode(hf.generate(**a, bad_words_ids=[[hf.config.pad_token_id]], **same), skip_special_tokens=True)
-    texts_b = tok2.batch_decode(hf2.generate(**b, bad_words_ids=[[hf2.config.pad_token_id]], **same), skip_special_tokens=True)
+    texts_a = hf_tok.batch_decode(
+        hf.generate(**a, bad_words_ids=[[hf.config.pad_token_id]], **same), skip_special_tokens=True
+    )
+    texts_b = tok2.batch_decode(
+        hf2.generate(**b, bad_words_ids=[[hf2.config.pad_token_id]], **same), skip_special_tokens=True
+    )
     assert texts_b == texts_a
 
 

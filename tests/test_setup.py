@@ -39,8 +39,16 @@ def parent(tmp_path_factory) -> Path:
 
 
 def _config(tmp_path: Path, *overrides: str):
-    settings = [f"data.train={CORPUS_B}", "data.valid=null", "data.test=null", f"data.cache_dir={tmp_path / 'c'}",
-                f"train.out_dir={tmp_path / 'b'}", "train.valid_every=0", "train.valid_bleu=false", *overrides]  # fmt: skip
+    settings = [
+        f"data.train={CORPUS_B}",
+        "data.valid=null",
+        "data.test=null",
+        f"data.cache_dir={tmp_path / 'c'}",
+        f"train.out_dir={tmp_path / 'b'}",
+        "train.valid_every=0",
+        "train.valid_bleu=false",
+        *overrides,
+    ]
     return load_config(TINY, settings)
 
 
@@ -88,7 +96,9 @@ def test_init_optimizer_takes_the_parents_optimizer_and_update_count(parent, tmp
     assert run.restored["step"] == state["step"] == 3
     saved = state["optimizer"]["state"][0]["exp_avg"]
     assert torch.equal(run.optimizer.state_dict()["state"][0]["exp_avg"], saved)
-    fresh = build_run(_config(tmp_path, f"train.init_from={parent}", "train.out_dir=" + str(tmp_path / "f")), progress=False)
+    fresh = build_run(
+        _config(tmp_path, f"train.init_from={parent}", "train.out_dir=" + str(tmp_path / "f")), progress=False
+    )
     assert fresh.restored is None and not fresh.optimizer.state_dict()["state"]
 
 
@@ -107,8 +117,10 @@ def test_own_sentencepiece_models_are_used_as_they_are(tmp_path):
     joint = _spm_file(tmp_path / "joint.model", sources + targets, 200)
     tok = tokenizer_from_files(load_config(TINY, [f"data.tokenizer={joint}"]).data)
     processor = spm.SentencePieceProcessor(model_file=str(joint))
-    pieces = [p if processor.piece_to_id(p) != processor.unk_id() else "<unk>" for p in
-              processor.encode(sources[0], out_type=str)]  # a character outside its coverage is its own piece # fmt: skip
+    pieces = [
+        p if processor.piece_to_id(p) != processor.unk_id() else "<unk>"
+        for p in processor.encode(sources[0], out_type=str)
+    ]
     assert [tok.src_piece(i) for i in tok.encode_src(sources[:1])[0]] == pieces + ["</s>"]
     assert tok.src_vocab_size == 200 + 1  # its 197 pieces after the four specials (its <unk>, <s>, </s> are ours)
     src, tgt = _spm_file(tmp_path / "es.model", sources, 150, 1.0), _spm_file(tmp_path / "en.model", targets, 120, 1.0)

@@ -29,9 +29,8 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from transformer.errors import UserError
-
 from transformer.data.piece_table import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, PieceTable, build_table
+from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -62,8 +62,11 @@ def read_marian_config(folder: Path) -> dict:
     _need(kind == "marian", f"{folder} holds a {kind!r} model, not Marian (model_type 'marian'): cannot import it")
     pairs = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
     for enc, dec in pairs:
-        _need(c.get(enc) == c.get(dec), f"{folder}: {enc} {c.get(enc)} != {dec} {c.get(dec)}; our encoder and "
-                                        "decoder share one width and head count, so this model cannot be imported")  # fmt: skip
+        _need(
+            c.get(enc) == c.get(dec),
+            f"{folder}: {enc} {c.get(enc)} != {dec} {c.get(dec)}; our encoder and "
+            "decoder share one width and head count, so this model cannot be imported",
+        )
     _need(c.get("d_model", 0) % max(c.get("encoder_attention_heads", 1), 1) == 0, f"{folder}: d_model not divisible")
     act = c.get("activation_function", "gelu")
     _need(act in ACTIVATIONS, f"{folder}: activation_function {act!r} has no equivalent here (relu, gelu, swish)")
@@ -94,7 +97,11 @@ def id_order(c: dict, vocab: dict[str, int], folder: Path) -> tuple[list[int], i
     ids = sorted(vocab.values())
     _need(ids == list(range(V)), f"{folder}/vocab.json: ids are not 0..{V - 1} (vocab_size {V}); cannot import it")
     _need("<unk>" in vocab, f"{folder}/vocab.json has no <unk> piece")
-    pad, eos, start = c.get("pad_token_id"), c.get("eos_token_id"), c.get("decoder_start_token_id", c.get("pad_token_id"))
+    pad, eos, start = (
+        c.get("pad_token_id"),
+        c.get("eos_token_id"),
+        c.get("decoder_start_token_id", c.get("pad_token_id")),
+    )
     _need(pad is not None and eos is not None, f"{folder}/config.json names no pad_token_id or eos_token_id")
     specials = {PAD_ID: pad, UNK_ID: vocab["<unk>"], EOS_ID: eos}
     own_start = start not in specials.values()

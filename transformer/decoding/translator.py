@@ -145,8 +145,13 @@ class Translator:
         with autocast(self.precision, self.device):
             try:
                 hypotheses = generate(
-                    self.model, src, src_mask, self.settings, bos_id=self.tokenizer.bos_id, eos_id=EOS_ID,
-                    generator=self.generator
+                    self.model,
+                    src,
+                    src_mask,
+                    self.settings,
+                    bos_id=self.tokenizer.bos_id,
+                    eos_id=EOS_ID,
+                    generator=self.generator,
                 )
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])

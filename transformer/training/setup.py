@@ -83,8 +83,10 @@ def run_tokenizer(config: Config, resume: bool | str = False):
     parent = Tokenizer.from_bytes(load_checkpoint(path, mmap=True)["tokenizer"])
     if named is not None and not same_pieces(named, parent):
         files = config.data.tokenizer or f"{config.data.src_tokenizer} + {config.data.tgt_tokenizer}"
-        raise UserError(f"data.tokenizer names {files} ({named!r}), but {path} was trained with another tokenizer "
-                        f"({parent!r}); fine-tuning keeps the checkpoint's: remove the data.tokenizer setting(s)")  # fmt: skip
+        raise UserError(
+            f"data.tokenizer names {files} ({named!r}), but {path} was trained with another tokenizer "
+            f"({parent!r}); fine-tuning keeps the checkpoint's: remove the data.tokenizer setting(s)"
+        )
     log.info("tokenizer: %s's own (%r); data.vocab_size, spm_* and the languages do not change it", path, parent)
     return parent
 
