@@ -180,3 +180,36 @@ def test_bad_directories_are_one_line_exit_2(imported, tmp_path, capsys, damage,
 def _edit_config(folder: Path, **changes) -> None:
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def test_an_imported_model_translates_scores_aligns_ensembles_and_fine_tunes(imported, tmp_path):
+    from transformer import Translator
+    from transformer.commands.cli import train_main
+
+    _, hf, hf_tok, ckpt, model, tok, _, _ = imported
+    settings = dict(beam_size=4, length_penalty="fairseq", alpha=1.0, max_len_a=0.0, max_len_b=MAX_NEW)
+    one = Translator.from_checkpoint(ckpt, **settings)
+    texts = one.translate(SENTENCES[:5])
+    assert texts == tok.decode_tgt(_our_generate(model, tok, 4)[:5])
+    assert Translator.from_checkpoint([ckpt, ckpt], **settings).translate(SENTENCES[:5]) == texts  # an ensemble
+    assert all(t.alignment is not None for t in one.translate(SENTENCES[:2], alignment=True))
+    english = corpus(3, 600)[1]
+    batch = hf_tok(SENTENCES[:3], text_target=english, padding=True, return_tensors="pt")
+    with torch.no_grad():  # HF's own log P(target | source), labels as MarianTokenizer gives them (pieces + EOS)
+        loss = hf(**batch).logits.log_softmax(-1).gather(2, batch["labels"][..., None].clamp(min=0)).squeeze(2)
+    theirs = (loss * (batch["labels"] != hf.config.pad_token_id)).sum(1)
+    ours = torch.tensor([s.log_prob for s in one.score(SENTENCES[:3], english)])
+    torch.testing.assert_close(ours, theirs, atol=1e-3, rtol=1e-5)
+    tsv = tmp_path / "b.tsv"
+    es, en = corpus(40, 700)
+    tsv.write_text("".join(f"x\t{s}\t{t}\n" for s, t in zip(es, en)), encoding="utf-8")
+    settings = [f"data.train={{tsv: {tsv}, tsv_columns: [1, 2]}}", "data.valid=null", "data.test=null",
+                f"data.cache_dir={tmp_path / 'c'}", f"train.out_dir={tmp_path / 'ft'}", f"train.init_from={ckpt}",
+                "train.max_steps=2", "train.valid_every=0", "train.max_tokens=4000", "data.vocab_size=50"]  # fmt: skip
+    config = tmp_path / "finetune.yaml"  # no model section: the parent's (an imported model's silu, bias, ...)
+    config.write_text("data: {src_lang: es, tgt_lang: en}\ntrain: {update_tokens: 1000}\n", encoding="utf-8")
+    assert train_main(["--config", str(config), "--no-progress", *(a for s in settings for a in ("--set", s))]) == 0
+    tuned = load_checkpoint(tmp_path / "ft" / "checkpoint_last.pt")
+    assert tuned["tokenizer"] == load_checkpoint(ckpt)["tokenizer"] and tuned["step"] == 2
+    assert tuned["config"]["model"]["activation"] == "silu" and tuned["config"]["model"]["output_bias"]
+    assert not torch.equal(tuned["model"]["output_proj.bias"], load_checkpoint(ckpt)["model"]["output_proj.bias"])
