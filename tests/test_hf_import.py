@@ -164,6 +164,8 @@ def _run_import(folder: Path, out: Path, capsys) -> tuple[int, str]:
         (lambda d: (d / "source.spm").unlink(), "has no source.spm"),
         (lambda d: (d / "model.safetensors").unlink(), "weights are missing"),
         (lambda d: _edit_config(d, model_type="bart"), "not Marian"),
+        (lambda d: _edit_config(d, d_model=None), "no integer d_model"),
+        (lambda d: (d / "vocab.json").write_text('{"<unk>": 0, "a": 5}'), "ids are not 0.."),
         (lambda d: _edit_config(d, decoder_ffn_dim=32), "decoder_ffn_dim"),
         (lambda d: _edit_config(d, activation_function="gelu_new"), "activation_function"),
         (lambda d: _edit_config(d, share_encoder_decoder_embeddings=False), "separate encoder and decoder"),

@@ -36,6 +36,8 @@ from transformer.errors import UserError
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}  # HF's name -> ours
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
+REQUIRED = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
+            "max_position_embeddings")  # fmt: skip
 
 
 def _read_json(path: Path) -> dict:
@@ -60,6 +62,8 @@ def read_marian_config(folder: Path) -> dict:
     c = _read_json(folder / "config.json")
     kind = c.get("model_type")
     _need(kind == "marian", f"{folder} holds a {kind!r} model, not Marian (model_type 'marian'): cannot import it")
+    missing = [key for key in REQUIRED if not isinstance(c.get(key), int)]
+    _need(not missing, f"{folder}/config.json has no integer {', '.join(missing)}: not a complete Marian config")
     pairs = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
     for enc, dec in pairs:
         _need(
@@ -123,7 +127,7 @@ def _generation(folder: Path, c: dict) -> dict:
                 max_len_b=int(max_length), min_len=int(get("min_length", 0)), nbest=1)  # fmt: skip
 
 
-def _config(folder: Path, c: dict, weights: dict, order: list[int]):
+def _config(folder: Path, c: dict, weights: dict):
     bias = weights.get("final_logits_bias", torch.zeros(1, c["vocab_size"]))
     tied = c.get("tie_word_embeddings", True)
     model = dict(
@@ -252,7 +256,7 @@ def import_marian(folder: str | Path) -> dict:
     c = read_marian_config(folder)
     tokenizer, order = read_tokenizer(folder, c)
     weights = read_weights(folder)
-    config = _config(folder, c, weights, order)
+    config = _config(folder, c, weights)
     V = len(order)
     model = Transformer.from_config(config.model, src_vocab_size=V, tgt_vocab_size=V, pad_id=PAD_ID)
     load_marian_weights(model, weights, torch.tensor(order), c, str(folder))
