@@ -215,3 +215,16 @@ def test_an_imported_model_translates_scores_aligns_ensembles_and_fine_tunes(imp
     assert tuned["tokenizer"] == load_checkpoint(ckpt)["tokenizer"] and tuned["step"] == 2
     assert tuned["config"]["model"]["activation"] == "silu" and tuned["config"]["model"]["output_bias"]
     assert not torch.equal(tuned["model"]["output_proj.bias"], load_checkpoint(ckpt)["model"]["output_proj.bias"])
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_ctranslate2_export_of_an_imported_model_is_token_identical(imported, tmp_path, beams):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    _, _, _, ckpt, model, tok, _, _ = imported
+    export_checkpoint(ckpt, "ctranslate2", tmp_path / "ct2")  # swish, the output bias, the pad id as start
+    sources = [[tok.src_piece(i) for i in ids] for ids in tok.encode_src(SENTENCES)]
+    results = ctranslate2.Translator(str(tmp_path / "ct2")).translate_batch(
+        sources, beam_size=beams, length_penalty=1.0, max_decoding_length=MAX_NEW
+    )
+    ours = [[tok.tgt_piece(i) for i in row] for row in _our_generate(model, tok, beams)]
+    assert [r.hypotheses[0] for r in results] == ours
