@@ -30,7 +30,7 @@ import torch
 
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
-from transformer.data.tokenizer import BOS_ID, EOS_ID
+from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.scoring import Score, score_texts
@@ -146,7 +146,13 @@ class Translator:
         with autocast(self.precision, self.device):
             try:
                 hypotheses = generate(
-                    self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
+                    self.model,
+                    src,
+                    src_mask,
+                    self.settings,
+                    bos_id=self.tokenizer.bos_id,
+                    eos_id=EOS_ID,
+                    generator=self.generator,
                 )
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
