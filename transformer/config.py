@@ -60,13 +60,15 @@ class ModelConfig:
     dropout: float = 0.1  # P_drop on sub-layer outputs (before the residual add) and on embeddings + positions
     attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
     activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
-    activation: Literal["relu", "gelu"] = "relu"  # feed-forward non-linearity (paper: ReLU)
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # feed-forward non-linearity (paper: ReLU; silu = swish)
     norm_first: bool = False  # False: post-LN LayerNorm(x + Sublayer(x)) as the paper; True: pre-LN + final norm
     layer_norm_eps: float = 1e-5  # epsilon inside LayerNorm's sqrt(var + eps)
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # positional encoding (paper: sinusoidal)
     max_positions: int = 1024  # longest sequence, in tokens, the model accepts (source or target)
     share_embeddings: bool = True  # one embedding matrix for source and target (needs a joint vocabulary)
     tie_output: bool = True  # the pre-softmax projection reuses the target embedding matrix
+    scale_embedding: bool = True  # embeddings multiplied by sqrt(d_model) (paper: yes; some imported models: no)
+    output_bias: bool = False  # a bias on the pre-softmax layer (HF Marian's final_logits_bias; paper: none)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions"):
@@ -134,6 +136,9 @@ class DataConfig:
     drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
     drop_duplicates: bool = False  # drop training pairs equal to an earlier one (a 64-bit hash: 8 bytes a pair)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
+    tokenizer: str | None = None  # an existing joint SentencePiece model file, used as it is (none trained)
+    src_tokenizer: str | None = None  # existing source and target SentencePiece models (both or neither),
+    tgt_tokenizer: str | None = None  # their pieces in one shared id table (the OPUS-MT layout)
 
     def __post_init__(self) -> None:
         _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
@@ -142,6 +147,10 @@ class DataConfig:
         _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        pair = "data.src_tokenizer and data.tgt_tokenizer go together (two models over one id table)"
+        _require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
+        one = "set data.tokenizer (one joint model) or data.src_tokenizer/tgt_tokenizer (two), not both"
+        _require(self.tokenizer is None or self.src_tokenizer is None, one)
         for name in ("train", "valid", "test"):
             split = getattr(self, name)
             ok = split is None or split.weight == 1.0
@@ -183,7 +192,8 @@ class TrainConfig:
     save_every_minutes: float = 0.0  # also checkpoint after this many minutes (0 = off)
     keep_last: int = 5  # numbered checkpoints to keep (the paper averages the last 5)
     nan_patience: int = 5  # abort after this many consecutive updates with a non-finite loss or gradient
-    init_from: str | None = None  # start a new run from this checkpoint's weights (e.g. an average), fresh optimizer
+    init_from: str | None = None  # start a new run from this checkpoint's weights and tokenizer (fine-tuning)
+    init_optimizer: bool = False  # with init_from: also take its optimizer state and update count (schedule)
     prepare_timeout: str = "6h"  # DDP: how long the other processes wait for rank 0 to prepare the data (duration)
     tensorboard: bool = False  # also log metrics to <out_dir>/tensorboard (needs the tensorboard package)
 
@@ -233,6 +243,32 @@ class DecodeConfig:
         _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """transformer-serve's settings (docs/serving.md), each overridden by the flag of the same name."""
+
+    host: str = "127.0.0.1"  # the address to listen on: loopback only unless told otherwise
+    port: int = 5000  # TCP port (0: a free one, printed at start)
+    max_body_bytes: int = 1 << 20  # request body size in bytes; larger: 413
+    max_lines: int = 128  # lines per request (q's items and the lines within them); more: 400
+    max_chars: int = 5000  # characters per line; more: 400
+    batch_wait_ms: float = 5.0  # how long the first waiting request gathers others before they are decoded, ms
+    batch_tokens: int = 4000  # source tokens that end the gathering at once (one decoding call's work)
+    queue_lines: int = 512  # lines admitted and not yet answered; a request past it gets 503 with Retry-After
+    retry_after_s: int = 1  # the Retry-After of a 503, seconds
+    max_beam: int = 16  # the largest beam_size (and nbest) a request may ask for
+    max_len_a: float = 4.0  # the largest max_len_a a request may ask for
+    max_len_b: int = 512  # the largest max_len_b a request may ask for
+
+    def __post_init__(self) -> None:
+        positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
+        _require(min(positive) > 0, "serve limits (body, lines, chars, batch tokens, queue) must be positive")
+        _require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
+        _require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
+        _require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
+
+
+TOKENIZER_FILES = ("tokenizer", "src_tokenizer", "tgt_tokenizer")  # DataConfig's SentencePiece model paths
 CHUNK_LINES = 1000  # input lines that transformer-translate and Translator.translate read (and sort) at a time
 
 
@@ -245,7 +281,8 @@ class Config:
 
     def __post_init__(self) -> None:
         one_vocabulary = "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)"
-        _require(not self.model.share_embeddings or self.data.joint_vocab, one_vocabulary)
+        one_table = self.data.joint_vocab or self.data.src_tokenizer is not None  # two models, one id table
+        _require(not self.model.share_embeddings or one_table, one_vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -322,6 +359,9 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
     if isinstance(tree.get("data"), dict):
         for name in ("train", "valid", "test"):
             resolve_split_paths(tree["data"].get(name), path.parent, path, SplitConfig.KINDS)
+        for name in TOKENIZER_FILES:  # existing SentencePiece models: relative to the file's folder, like the data
+            if isinstance(tree["data"].get(name), str):
+                tree["data"][name] = str(path.parent / Path(tree["data"][name]).expanduser())
     if (base := tree.pop("base", None)) is None:
         return tree
     _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")

@@ -6,6 +6,7 @@ Every command turns a `UserError` into one line on stderr and exit code 2, with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import sys
@@ -56,9 +57,10 @@ def prepare_main(argv: list[str] | None = None) -> int:
     args = build_parser("prepare", _config_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.data.prepare import prepare_data
+    from transformer.data.tokenizer import tokenizer_from_files
 
     config = load_config(args.config, args.overrides)
-    prepared = prepare_data(config)
+    prepared = prepare_data(config, tokenizer=tokenizer_from_files(config.data))
     tok = prepared.tokenizer
     vocab = f"{tok.src_vocab_size} joint" if tok.joint else f"{tok.src_vocab_size} source / {tok.tgt_vocab_size} target"
     print(f"vocabulary: {vocab} SentencePiece {config.data.spm_model_type} pieces")
@@ -87,9 +89,11 @@ def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
     args = build_parser("train", _config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
+    from transformer.training.setup import fine_tuning_config
     from transformer.training.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
+    config = config if args.resume else fine_tuning_config(args.config, args.overrides, config)
     if args.print_config:
         import yaml
 
@@ -260,6 +264,76 @@ def export_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _import_args(parser: argparse.ArgumentParser) -> None:
+    """The directory to import, its format and the checkpoint to write."""
+    parser.add_argument("directory", help="a MarianMTModel.save_pretrained directory with its tokenizer files")
+    parser.add_argument("--format", default="hf", choices=["hf"], help="what the directory holds")
+    parser.add_argument("--output", required=True, help="the checkpoint file to write")
+
+
+@user_errors_exit_2
+def import_main(argv: list[str] | None = None) -> int:
+    """transformer-import --format hf DIR --output CKPT"""
+    args = build_parser("import", _import_args).parse_args(argv)
+    from transformer.decoding.hf_import import import_checkpoint
+
+    summary = import_checkpoint(args.directory, args.output)
+    print(f"wrote {args.output}: {summary}")
+    return 0
+
+
+def _serve_args(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint(s), where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
+    from transformer.config import ServeConfig
+
+    parser.add_argument("--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: "
+                        "an ensemble")  # fmt: skip
+    parser.add_argument("--api-keys", metavar="FILE", help="require an api_key field, one of FILE's lines")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--precision", choices=PRECISIONS, help="autocast; default: the checkpoint's decode.precision")
+    parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
+    kinds = {"host": str, "port": int, "batch_wait_ms": float, "max_len_a": float}
+    for name, value in dataclasses.asdict(ServeConfig()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds.get(name, int), default=value,
+                            help=SERVE_HELP.get(name, name.replace("_", " ")))  # fmt: skip
+
+
+SERVE_HELP = {
+    "host": "address to listen on (127.0.0.1: this machine only)",
+    "port": "TCP port (0: a free one, printed at start)",
+    "max_body_bytes": "largest request body (413 past it)",
+    "max_lines": "most lines per request (400 past it)",
+    "max_chars": "most characters per line (400 past it)",
+    "batch_wait_ms": "how long a waiting request gathers others before decoding",
+    "batch_tokens": "source tokens that end the gathering at once",
+    "queue_lines": "lines admitted and unanswered before requests get 503 + Retry-After",
+    "retry_after_s": "the Retry-After of a 503, seconds",
+    "max_beam": "largest beam_size/nbest a request may ask for",
+    "max_len_a": "largest max_len_a a request may ask for",
+    "max_len_b": "largest max_len_b a request may ask for",
+}
+
+
+@user_errors_exit_2
+def serve_main(argv: list[str] | None = None) -> int:
+    """transformer-serve --checkpoint CKPT [CKPT ...] [--host 127.0.0.1] [--port 5000] [--api-keys FILE]"""
+    args = build_parser("serve", _serve_args).parse_args(argv)
+    from transformer.config import ServeConfig
+
+    try:
+        from transformer.serving.server import serve
+    except ImportError as exc:
+        raise UserError(f"transformer-serve needs the serve extra ({exc.name} is missing): pip install "
+                        "'transformer[serve]' (in a checkout: pip install -e '.[serve]')") from None  # fmt: skip
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)}
+    return serve(args.checkpoint, ServeConfig(**fields), keys_file=args.api_keys, device=args.device,
+                 precision=args.precision)  # fmt: skip
+
+
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "prepare": prepare_main,
     "train": train_main,
@@ -268,6 +342,8 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "score": score_main,
     "average": average_main,
     "export": export_main,
+    "import": import_main,
+    "serve": serve_main,
 }
 
 

@@ -19,6 +19,7 @@ Decisions:
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,7 +30,7 @@ import torch
 
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
-from transformer.data.tokenizer import BOS_ID, EOS_ID
+from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.scoring import Score, score_texts
@@ -145,7 +146,13 @@ class Translator:
         with autocast(self.precision, self.device):
             try:
                 hypotheses = generate(
-                    self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID, generator=self.generator
+                    self.model,
+                    src,
+                    src_mask,
+                    self.settings,
+                    bos_id=self.tokenizer.bos_id,
+                    eos_id=EOS_ID,
+                    generator=self.generator,
                 )
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
@@ -167,3 +174,11 @@ class Translator:
             )
         return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
                              f"{limit // 2}")  # fmt: skip
+
+
+def with_settings(translator: Translator, decode: DecodeConfig, *, seed: int = 1) -> Translator:
+    """`translator` with other decoding settings, sharing its model (and the model's packed CPU copy)."""
+    other = copy.copy(translator)
+    other.settings = decode
+    other.generator = torch.Generator(device=translator.device).manual_seed(seed) if decode.sampling else None
+    return other
