@@ -36,7 +36,7 @@ import numpy as np
 from transformer.config import DataConfig, SplitConfig
 from transformer.data.datasets_source import dataset_files, describe_dataset, read_dataset
 from transformer.errors import UserError
-from transformer.fileio import decode_utf8
+from transformer.fileio import decode_utf8, utf8_lines
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +83,30 @@ def _line_blocks(path: Path) -> Iterator[list[str]]:
 
 
 def stream_lines(path: str | Path) -> Iterator[str]:
-    """The stripped lines of a UTF-8 text file (plain, .gz or .xz), read in blocks: memory holds a block, not the
-    file. The file is checked at once; a read or decoding error is raised when its line is reached."""
+    """The stripped lines of a UTF-8 text file (plain, .gz or .xz), one at a time: memory holds one line, not the
+    file (what translate and evaluate read). The file is checked at once; a read or decoding error is raised when
+    its line is reached."""
+    path = check_file(path, "data file")
+
+    def lines() -> Iterator[str]:
+        try:
+            with _open_binary(path) as f:
+                yield from (line.strip() for line in utf8_lines(f, path))
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise UserError(f"cannot read {path}: {exc}") from None
+
+    return lines()
+
+
+def block_lines(path: str | Path) -> Iterator[str]:
+    """`stream_lines`' lines, a block (BLOCK_BYTES) at a time: memory holds a block; 1.7-1.9x faster than
+    `stream_lines` on 1M lines (docs/benchmarks.md, "The data path at WMT scale, streamed")."""
     return itertools.chain.from_iterable(_line_blocks(check_file(path, "data file")))
 
 
 def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
     """The lines of a UTF-8 text file (plain, .gz or .xz), stripped; only the first `limit` lines when given."""
-    return list(itertools.islice(stream_lines(path), limit))
+    return list(itertools.islice(block_lines(path), limit))
 
 
 def count_lines(path: str | Path) -> int:
@@ -111,7 +127,7 @@ def _chunks_of(items: Iterator, size: int) -> Iterator[list]:
 
 
 def _read_parallel(split: SplitConfig, size: int) -> Iterator[Pairs]:
-    src, tgt = (itertools.islice(stream_lines(path), split.max_examples) for path in (split.src, split.tgt))
+    src, tgt = (itertools.islice(block_lines(path), split.max_examples) for path in (split.src, split.tgt))
     pairs, counts, text = itertools.zip_longest(src, tgt), [0, 0], False
     for chunk in _chunks_of(pairs, size):
         sources, targets = map(list, zip(*chunk))
@@ -133,7 +149,7 @@ def _read_parallel(split: SplitConfig, size: int) -> Iterator[Pairs]:
 
 
 def _read_tsv(split: SplitConfig, size: int) -> Iterator[Pairs]:
-    lines = itertools.islice(stream_lines(split.tsv), split.max_examples)
+    lines = itertools.islice(block_lines(split.tsv), split.max_examples)
     src_col, tgt_col = split.tsv_columns
     need, number, text = max(src_col, tgt_col) + 1, 0, False
     for chunk in _chunks_of(lines, size):
