@@ -167,9 +167,8 @@ def batch_plan(
     buckets: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`build_batches`' (order, bounds), kept in the split's cache folder `folder` and read back memory-mapped:
-    built once, by the first process that needs it, and shared by every rank's page cache (a 1M-pair plan is
-    16 MB; building it holds some 40 bytes a pair for a moment). Without a folder, or a writable one, built here."""
-    plan = None
+    built once, by the first process that needs it, and shared by every rank's page cache (the order is 8 bytes a
+    pair; building it holds a few such arrays for a moment). Without a folder, or a writable one: built here."""
     if folder is not None:
         stem = f"batches-{max_tokens}-{seed}-{'buckets' if buckets else 'sorted'}"
         paths = [Path(folder) / f"{stem}-{part}.npy" for part in ("order", "bounds")]
