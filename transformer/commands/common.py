@@ -21,7 +21,8 @@ from transformer.fileio import utf8_lines
 
 DECODE_FLAGS = {"beam": "beam_size"} | {
     name: name
-    for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision")
+    for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision",
+                 "no_repeat_ngram_size")  # fmt: skip
 }  # command-line flag -> DecodeConfig field
 
 

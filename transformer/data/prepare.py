@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from transformer.config import Config, DataConfig
 from transformer.data.corpus import describe_split, load_pairs, split_identity
+from transformer.data.coverage import describe_unknown, unknown_share
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import UserError
 from transformer.progress import spinner
@@ -281,6 +282,8 @@ def _load_split(folder: Path) -> EncodedSplit:
 def _tokenizer_key(data: DataConfig, seed: int) -> str:
     settings = {k: getattr(data, k) for k in ("src_lang", "tgt_lang", "vocab_size", "spm_model_type", "joint_vocab")}
     settings.update(spm_input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage)
+    if data.spm_byte_fallback:  # only when on, so the keys of existing caches stay as they were
+        settings.update(spm_byte_fallback=True)
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
@@ -299,6 +302,7 @@ def _prepare_tokenizer(
         tokenizer = Tokenizer.train(
             src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
             input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage, seed=seed,
+            byte_fallback=data.spm_byte_fallback,
         )  # fmt: skip
 
     def write(tmp: Path) -> None:
@@ -332,6 +336,8 @@ def _prepare_split(name: str, data: DataConfig, tokenizer: Tokenizer, cache: Pat
     else:
         encoded.src_text, encoded.tgt_text = src, tgt
     meta = {"pairs_read": len(src), "pairs": len(encoded), "tokenizer": repr(tokenizer)}
+    meta["unknown"] = unknown_share(tokenizer, src, tgt)
+    log.info("%s: <unk> would meet %s", name, describe_unknown(meta["unknown"]))
     with _stage(f"{name}: writing the cache"):
         _write_atomically(folder, lambda tmp: _save_split(tmp, encoded, meta))
     log.info("%s: %d pairs encoded into %s", name, len(encoded), folder)

@@ -55,7 +55,9 @@ def _sample(texts: Sequence[str], count: int, rng: np.random.Generator) -> list[
     return [texts[i] for i in np.sort(rng.choice(len(texts), size=count, replace=False))]
 
 
-def _train_model(texts: list[str], *, vocab_size: int, model_type: str, character_coverage: float, seed: int) -> bytes:
+def _train_model(
+    texts: list[str], *, vocab_size: int, model_type: str, character_coverage: float, byte_fallback: bool, seed: int
+) -> bytes:
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -65,6 +67,7 @@ def _train_model(texts: list[str], *, vocab_size: int, model_type: str, characte
             vocab_size=vocab_size,
             model_type=model_type,
             character_coverage=character_coverage,
+            byte_fallback=byte_fallback,  # characters outside the vocabulary as <0xNN> byte pieces, not <unk>
             input_sentence_size=0,  # already sampled by the caller, reproducibly
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
@@ -105,17 +108,21 @@ class Tokenizer:
         joint: bool = True,
         input_sentences: int = 0,
         character_coverage: float = 1.0,
+        byte_fallback: bool = False,
         seed: int = 1,
     ) -> Tokenizer:
         """Train SentencePiece on raw text (section 5.1: shared source-target BPE).
 
         joint: one model on both languages (`input_sentences // 2` sentences sampled from each side), else one
         model per language with `vocab_size` pieces each (`input_sentences` sampled per side). 0 = all sentences.
-        Empty lines are skipped. The same texts and seed give the same model bytes.
+        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: SentencePiece's
+        option, a character outside the vocabulary (rarer than `character_coverage` leaves in) becomes its UTF-8
+        bytes, 256 pieces of the vocabulary, instead of `<unk>`.
         """
         if model_type not in ("bpe", "unigram"):
             raise UserError(f"SentencePiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
-        options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed)
+        options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed,
+                       byte_fallback=byte_fallback)  # fmt: skip
         rng = np.random.default_rng(seed)
         src = [t for t in src_texts if t]
         tgt = [t for t in tgt_texts if t]
@@ -163,6 +170,16 @@ class Tokenizer:
     def encode_tgt(self, texts: list[str]) -> list[list[int]]:
         """Target sentences -> pieces only (no BOS/EOS; `collate` adds them)."""
         return self._tgt.encode(list(texts), out_type=int)
+
+    def src_surfaces(self, texts: list[str]) -> list[list[str]]:
+        """Source sentences -> the characters each of their pieces stands for (as `encode_src` cuts them, EOS left
+        out); an `<unk>` piece's are the unknown characters themselves."""
+        return [[piece.surface for piece in proto.pieces] for proto in self._src.encode(list(texts), out_type="proto")]
+
+    def unknown_characters(self, characters: Sequence[str], side: str) -> set[str]:
+        """Those of `characters` that the `side` ("src" or "tgt") model writes as `<unk>` (none with byte fallback)."""
+        model = self._src if side == "src" else self._tgt
+        return {c for c, ids in zip(characters, model.encode(list(characters), out_type=int)) if UNK_ID in ids}
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Target ids -> text: stops at the first EOS and drops PAD and BOS (e.g. a beam hypothesis as a list)."""

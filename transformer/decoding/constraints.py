@@ -8,9 +8,13 @@ Legend: B batch (sentences), V vocabulary, K beams per sentence, N = B*K rows.
 
 How:
 - Each row keeps a `ConstraintState`: which phrases its history has met, and the phrase it is in the middle of
-  (how many of its pieces match the history's end). A piece that does not continue that phrase loses the progress
-  (it may start another). The constraints are met in any order; the phrases must not overlap in the output.
-- A row may end (EOS) only once every phrase is met: `mask` forbids EOS before.
+  (how many of its pieces match the history's end). A piece that does not continue that phrase falls back to the
+  longest end of the history that begins an unmet phrase (as a KMP automaton does). The constraints are met in any
+  order, each once; two phrases that overlap in the output count as one met (their pieces are not shared).
+- A row may end (EOS) only once every phrase is met: `mask` forbids EOS before. Given the sentences' maximum
+  output lengths (`limits`), `mask` also keeps a row from ending at that length unmet: a row with exactly as many
+  steps left as unmet constraint pieces may only advance a phrase, a row with fewer is dropped (-inf). The first
+  phrase's forced pieces always stay possible, so a sentence whose phrases fit keeps a hypothesis that meets them.
 - `select` (Post & Vilar's step): the candidates of a sentence are the top 2K of its K x V extensions, each
   hypothesis's best next piece, and each hypothesis's pieces that advance an unmet phrase. A candidate's bank is
   the number of constraint pieces met once it is taken. Candidates are sorted by bank, then by score, and dealt
@@ -53,14 +57,17 @@ class Phrases:
         self.tokens = sum(len(p) for p in self.phrases)  # the most banks: pieces to meet in all
 
     def advance(self, state: ConstraintState, token: int) -> ConstraintState:
-        """The state after `token`: the phrase in progress goes on, or its progress is lost and `token` may start
-        an unmet phrase (the first in order)."""
+        """The state after `token`: the phrase in progress goes on; else the longest end of (its matched pieces,
+        `token`) that begins an unmet phrase is the new progress (as a KMP automaton falls back), or none."""
         met, phrase, matched = state
         if phrase >= 0 and self.phrases[phrase][matched] == token:
             return self._matched(met, phrase, matched + 1)
-        for i, pieces in enumerate(self.phrases):
-            if not met >> i & 1 and pieces[0] == token:
-                return self._matched(met, i, 1)
+        tail = (self.phrases[phrase][:matched] if phrase >= 0 else ()) + (token,)
+        for start in range(len(tail)):
+            end = tail[start:]
+            for i, pieces in enumerate(self.phrases):
+                if not met >> i & 1 and pieces[: len(end)] == end:
+                    return self._matched(met, i, len(end))
         return ConstraintState(met, -1, 0)
 
     def _matched(self, met: int, phrase: int, matched: int) -> ConstraintState:
@@ -72,6 +79,11 @@ class Phrases:
         """The pieces that advance a phrase: the next of the one in progress and the first of each unmet one."""
         starts = [p[0] for i, p in enumerate(self.phrases) if not state.met >> i & 1]
         return starts + ([self.phrases[state.phrase][state.matched]] if state.phrase >= 0 else [])
+
+    def advancing(self, state: ConstraintState) -> list[int]:
+        """The pieces after which one more constraint piece is met."""
+        bank = self.bank(state)
+        return [t for t in self.next_tokens(state) if self.bank(self.advance(state, t)) > bank]
 
     def bank(self, state: ConstraintState) -> int:
         """Constraint pieces met: those of the met phrases and the matched ones of the phrase in progress."""
@@ -86,26 +98,41 @@ class LexicalConstraints(RowSentences):
     phrases (each a list of target ids; an empty list: no constraints for that sentence)."""
 
     def __init__(
-        self, constraints: Sequence[Sequence[Sequence[int]]], *, eos_id: int, device: torch.device | str = "cpu"
-    ) -> None:
+        self, constraints: Sequence[Sequence[Sequence[int]]], *, eos_id: int, limits: Sequence[int] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:  # fmt: skip
         super().__init__(len(constraints), device)
         self.sets = [Phrases(phrases) for phrases in constraints]
         self.eos_id = eos_id
+        self.limits = list(limits) if limits is not None else [None] * len(constraints)  # maximum output lengths
         self.states = [START] * len(constraints)  # per row: the state of its history up to the last mask
 
     def moved(self, rows: torch.Tensor) -> None:
         self.states = [self.states[r] for r in rows.tolist()]
 
     def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
-        """Advances each row's state by its newest piece; EOS is -inf for the rows with a phrase unmet."""
-        sets = [self.sets[b] for b in self.sentence.tolist()]
+        """Advances each row's state by its newest piece; EOS is -inf for the rows with a phrase unmet, and a row
+        with just enough steps left for its unmet pieces may only advance them (none left: every piece -inf)."""
+        sentences = self.sentence.tolist()
+        sets = [self.sets[b] for b in sentences]
         if step > 0:
             newest = tokens[:, -1].tolist()
             self.states = [s.advance(state, t) for s, state, t in zip(sets, self.states, newest)]
         unmet = [r for r, (s, state) in enumerate(zip(sets, self.states)) if not s.complete(state)]
         if unmet:
             log_probs[torch.tensor(unmet, device=log_probs.device), self.eos_id] = NEG_INF
+        for r in unmet:
+            left, need = self._steps_left(sentences[r], step), sets[r].tokens - sets[r].bank(self.states[r])
+            if left is not None and need >= left:
+                allowed = sets[r].advancing(self.states[r]) if need == left else []
+                kept = log_probs[r, allowed].clone()
+                log_probs[r] = NEG_INF
+                log_probs[r, allowed] = kept
         return log_probs
+
+    def _steps_left(self, sentence: int, step: int) -> int | None:
+        limit = self.limits[sentence]
+        return None if limit is None else limit - step
 
     def select(self, log_probs: torch.Tensor, scores: torch.Tensor, k: int):
         """interface.py's `CandidateSelector.select`: log_probs (B, K, V), scores (B, K) -> values, where,

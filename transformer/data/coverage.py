@@ -1,0 +1,47 @@
+"""How much of a text the vocabulary covers: the share of characters and of sentences that would meet `<unk>`
+(what `transformer-prepare` reports for each split, and `data.spm_byte_fallback` brings to zero).
+
+A character meets `<unk>` when the SentencePiece model has no piece for it (it was rarer than
+`data.character_coverage` left in, or absent from the training text) and byte fallback is off.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from transformer.data.tokenizer import Tokenizer
+
+
+def unknown_share(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The share of characters (whitespace left out) and of sentences that meet `<unk>` under `tokenizer`, per side:
+    {"src": {"characters": ..., "sentences": ...}, "tgt": ...}, fractions in [0, 1]. Memory: the distinct characters."""
+    report = {}
+    for side, texts in (("src", src), ("tgt", tgt)):
+        counts = collections.Counter()
+        for text in texts:
+            counts.update(text)
+        unknown = tokenizer.unknown_characters([c for c in counts if not c.isspace()], side)
+        total = sum(n for c, n in counts.items() if not c.isspace())
+        hit = sum(1 for text in texts if unknown and not unknown.isdisjoint(text)) if unknown else 0
+        share = sum(counts[c] for c in unknown) / max(total, 1)
+        report[side] = {"characters": share, "sentences": hit / max(len(texts), 1)}
+    return report
+
+
+def describe_unknown(report: dict[str, dict[str, float]]) -> str:
+    """'0.01% of source characters (0.2% of sentences), 0% of target characters (0% of sentences)'."""
+    sides = {"src": "source", "tgt": "target"}
+    return ", ".join(
+        f"{report[side]['characters']:.3%} of {name} characters ({report[side]['sentences']:.2%} of sentences)"
+        for side, name in sides.items()
+    )
+
+
+def unknown_report(folder: str | Path) -> str | None:
+    """The `<unk>` shares an encoded split's cache folder recorded (its meta.json), described; None if it has none."""
+    meta = Path(folder) / "meta.json"
+    report = json.loads(meta.read_text("utf-8")).get("unknown") if meta.is_file() else None
+    return describe_unknown(report) if report else None
