@@ -75,7 +75,7 @@ def test_every_output_meets_its_constraints_and_is_mostly_the_brute_force_best(b
         control = Controls([LexicalConstraints([constraints], eos_id=EOS, limits=[4])])
         [hyps] = beam_search(model, src, mask, beam_size=beam, max_len_a=0, max_len_b=4, controls=control, **IDS)
         assert all(contains(hyps[0].tokens, p) for p in constraints), (case, constraints, hyps[0])
-        [(best, _)] = brute_force(model, src, lambda t: all(contains(t, p) for p in constraints), max_len=4, n=1)
+        [(best, _)] = brute_force(model, src, lambda t, c=constraints: all(contains(t, p) for p in c), max_len=4, n=1)
         equal += hyps[0].score == pytest.approx(best)
     assert equal >= at_least, equal
 
@@ -85,7 +85,7 @@ def test_a_large_beam_finds_the_brute_force_best_and_nbest():
     for seed, constraints in itertools.product(range(3), ([[4, 5]], [[5], [1]])):
         model = random_model(seed=seed)
         src, mask = one_source(5, 4)
-        expected = brute_force(model, src, lambda t: all(contains(t, p) for p in constraints), max_len=4)
+        expected = brute_force(model, src, lambda t, c=constraints: all(contains(t, p) for p in c), max_len=4)
         control = Controls([LexicalConstraints([constraints], eos_id=EOS, limits=[4])])
         [hyps] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=4, nbest=5, controls=control,
                              **IDS)  # fmt: skip

@@ -14,6 +14,7 @@ from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 from transformer.config import DecodeConfig, choices
 from transformer.decoding import candidates
 from transformer.decoding import search as decoding
+from transformer.decoding.candidates import top_candidates
 from transformer.decoding.search import (
     LENGTH_PENALTIES,
     Hypothesis,
@@ -21,7 +22,6 @@ from transformer.decoding.search import (
     generate,
     lp,
     max_output_lengths,
-    top_candidates,
 )
 from transformer.model.attention import make_pad_mask
 

@@ -94,9 +94,11 @@ def _constraint_lists(path: str) -> Iterator[list]:
         try:
             phrases = json.loads(line) if line.strip() else []
         except json.JSONDecodeError as exc:
-            raise UserError(f"{path} line {number}: not JSON ({exc.msg}); write a list of phrases, e.g. [\"the house\"]")
+            raise UserError(
+                f'{path} line {number}: not JSON ({exc.msg}); write a list of phrases, e.g. ["the house"]'
+            ) from None
         if not isinstance(phrases, list):
-            raise UserError(f"{path} line {number}: not a JSON list of phrases; write e.g. [\"the house\"] or []")
+            raise UserError(f'{path} line {number}: not a JSON list of phrases; write e.g. ["the house"] or []')
         yield phrases
 
 
@@ -121,13 +123,18 @@ def split_checkpoints(args: argparse.Namespace) -> None:
     args.checkpoint, args.text = paths[:cut], args.text or paths[cut:]
 
 
-def run_translate(args: argparse.Namespace) -> int:
-    split_checkpoints(args)
+def _check_files(args: argparse.Namespace) -> None:
+    """The input file exists, and --output names none of the files read."""
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
     inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config),
               ("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)]  # fmt: skip
     check_not_an_input(args.output, inputs)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    split_checkpoints(args)
+    _check_files(args)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
     if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:

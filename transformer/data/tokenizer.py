@@ -115,17 +115,15 @@ class Tokenizer:
 
         joint: one model on both languages (`input_sentences // 2` sentences sampled from each side), else one
         model per language with `vocab_size` pieces each (`input_sentences` sampled per side). 0 = all sentences.
-        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: SentencePiece's
-        option, a character outside the vocabulary (rarer than `character_coverage` leaves in) becomes its UTF-8
-        bytes, 256 pieces of the vocabulary, instead of `<unk>`.
+        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: a character
+        outside the vocabulary becomes its UTF-8 bytes (256 pieces of the vocabulary) instead of `<unk>`.
         """
         if model_type not in ("bpe", "unigram"):
             raise UserError(f"SentencePiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
         options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed,
                        byte_fallback=byte_fallback)  # fmt: skip
         rng = np.random.default_rng(seed)
-        src = [t for t in src_texts if t]
-        tgt = [t for t in tgt_texts if t]
+        src, tgt = [t for t in src_texts if t], [t for t in tgt_texts if t]
         if not src or not tgt:
             raise UserError("cannot train SentencePiece: the training text is empty on the source or target side")
         if joint:

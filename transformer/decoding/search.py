@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import torch
 
 from transformer.config import DecodeConfig
-from transformer.decoding.candidates import top_candidates
 from transformer.decoding.controls import Controls, NoRepeatNgram
 from transformer.model.cache import init_cache
 
@@ -93,6 +92,14 @@ def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: i
     return log_probs
 
 
+def _next_log_probs(model, tokens, cache, controls: Controls, step: int, bos_id: int, eos_id: int, min_len: int):
+    """tokens (N, t+1) the rows so far -> (N, V): the model's next-token log-probabilities, PAD, BOS and early EOS
+    forbidden (`_forbid`), then the controls' mask (controls.py), once per step."""
+    log_probs = model.decode_step(tokens[:, -1:], cache)  # (N, V)
+    log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
+    return controls.mask(log_probs, tokens, step)  # (N, V)
+
+
 @functools.cache
 def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     row = torch.zeros(max(banned) + 1, dtype=dtype, device=device)
@@ -106,7 +113,7 @@ def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
 def _decode_rows(
     model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, controls: Controls,
     drop_finished=False,
-):
+):  # fmt: skip
     """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length.
 
     drop_finished: finished rows leave the batch (and the cache) at the next step, as done sentences do in beam
@@ -118,8 +125,7 @@ def _decode_rows(
     cache = start_cache(model, model.encode(src, src_mask), src_mask, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
     log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,) each
-    alive = max_lens > 0  # (B,)
-    rows = torch.arange(B, device=device)  # (B,) each batch row's index in the input
+    alive, rows = max_lens > 0, torch.arange(B, device=device)  # (B,) each; rows: each batch row's input index
     done: dict[int, Hypothesis] = {}
     for step in range(steps):
         if drop_finished and not alive.all():
@@ -134,9 +140,7 @@ def _decode_rows(
             )
         if not alive.any():
             break
-        step_log_probs = model.decode_step(tokens[:, -1:], cache)  # (B, V)
-        step_log_probs = _forbid(step_log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        step_log_probs = controls.mask(step_log_probs, tokens, step)  # (B, V)
+        step_log_probs = _next_log_probs(model, tokens, cache, controls, step, bos_id, eos_id, min_len)  # (B, V)
         next_tokens = choose(step_log_probs).masked_fill(~alive, model.pad_id)  # (B,)
         picked = step_log_probs.gather(1, next_tokens[:, None]).squeeze(1)  # (B,)
         log_prob += torch.where(alive, picked, torch.zeros_like(picked))
@@ -333,9 +337,7 @@ def beam_search(
         _move(movers, state, torch.arange(B, device=device))
     step = 0
     while state.sentence:
-        log_probs = model.decode_step(state.tokens[:, -1:], movers[0])  # (N, V)
-        log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        log_probs = controls.mask(log_probs, state.tokens, step)  # (N, V)
+        log_probs = _next_log_probs(model, state.tokens, movers[0], controls, step, bos_id, eos_id, min_len)  # (N, V)
         rows = _beam_step(state, log_probs, eos_id, K, controls.select)  # (N,)
         step += 1
         _finalise_at_max_length(state, step)

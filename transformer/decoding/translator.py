@@ -32,8 +32,8 @@ from transformer.data.batching import build_batches
 from transformer.data.tokenizer import BOS_ID, EOS_ID
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
-from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.ensemble import members
+from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.search import generate, max_output_lengths
 from transformer.decoding.steering import Steering, report_unmet, search_controls, steered
 from transformer.decoding.unknown_words import restore_unknown
@@ -124,7 +124,7 @@ class Translator:
         if not todo:
             return results
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
-        encoded = [self._truncate(ids, first_line + i) for i, ids in zip(todo, encoded)]
+        encoded = [_truncate(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
         lengths = [len(ids) for ids in encoded]
         order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
         surfaces = self.tokenizer.src_surfaces([chunk[i].strip() for i in todo]) if replace_unk else None
@@ -135,13 +135,6 @@ class Translator:
                 results[todo[j]] = translations
             progress(len(batch))
         return results
-
-    def _truncate(self, ids: list[int], line_number: int) -> list[int]:
-        limit = self.model.max_positions
-        if len(ids) <= limit:
-            return ids
-        log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
-        return ids[: limit - 1] + [EOS_ID]
 
     def _translate_batch(
         self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None
@@ -155,7 +148,7 @@ class Translator:
         lines = lines or [_Line(0, None, None)] * B
         with autocast(self.precision, self.device):
             try:
-                controls = self._controls(src_mask, lines)
+                controls = _controls(self.model, self.settings, src_mask, lines)
                 hypotheses = generate(self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID,
                                       generator=self.generator, controls=controls)  # fmt: skip
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
@@ -165,7 +158,7 @@ class Translator:
                     texts = restore_unknown(members(self.model)[0], self.tokenizer, src, flat, texts,
                                             [line.surfaces for line in lines])  # fmt: skip
             except OutOfMemoryError as exc:
-                raise self._out_of_memory(exc, sentences=B, length=S) from None
+                raise _out_of_memory(self.settings, exc, sentences=B, length=S) from None
         if controls:
             report_unmet(hypotheses, [line.steering for line in lines], [line.number for line in lines])
         texts = iter(texts)
@@ -173,25 +166,6 @@ class Translator:
             [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
             for hyps in hypotheses
         ]
-
-    def _controls(self, src_mask: torch.Tensor, lines: list[_Line]) -> list:
-        """The batch's search controls from its lines' prefixes and constraints (steering.py)."""
-        if all(line.steering is None for line in lines):
-            return []
-        limits = max_output_lengths(self.model, src_mask, self.settings.max_len_a, self.settings.max_len_b).tolist()
-        steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
-        return search_controls(steerings, limits, numbers, src_mask.device)
-
-    def _out_of_memory(self, exc: BaseException, *, sentences: int, length: int) -> UserError:
-        beam = f", beam {self.settings.beam_size}" if self.settings.search == "beam" else ""
-        what = f"decoding a batch of {sentences} sentences of up to {length} source tokens{beam}"
-        limit = self.settings.max_tokens
-        if sentences == 1:  # no smaller batch to make
-            return out_of_memory(
-                exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu"
-            )
-        return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
-                             f"{limit // 2}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -209,3 +183,30 @@ def _padded(sources: list[list[int]], pad_id: int) -> torch.Tensor:
     for b, ids in enumerate(sources):
         src[b, : len(ids)] = torch.tensor(ids)
     return src
+
+
+def _controls(model, settings: DecodeConfig, src_mask: torch.Tensor, lines: list[_Line]) -> list:
+    """A batch's search controls from its lines' prefixes and constraints (steering.py)."""
+    if all(line.steering is None for line in lines):
+        return []
+    limits = max_output_lengths(model, src_mask, settings.max_len_a, settings.max_len_b).tolist()
+    steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
+    return search_controls(steerings, limits, numbers, src_mask.device)
+
+
+def _truncate(ids: list[int], limit: int, line_number: int) -> list[int]:
+    """Source ids longer than the model's `limit` positions cut to it (EOS kept last), with a warning."""
+    if len(ids) <= limit:
+        return ids
+    log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
+    return ids[: limit - 1] + [EOS_ID]
+
+
+def _out_of_memory(settings: DecodeConfig, exc: BaseException, *, sentences: int, length: int) -> UserError:
+    beam = f", beam {settings.beam_size}" if settings.search == "beam" else ""
+    what = f"decoding a batch of {sentences} sentences of up to {length} source tokens{beam}"
+    limit = settings.max_tokens
+    if sentences == 1:  # no smaller batch to make
+        return out_of_memory(exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu")
+    return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
+                         f"{limit // 2}")  # fmt: skip

@@ -58,7 +58,6 @@ def replace_unk(text: str, copies: Sequence[str]) -> str:
     return UNK_MARK.sub(lambda mark: next(copies, mark.group(0)), text)
 
 
-
 def restore_unknown(model, tokenizer, src: torch.Tensor, flat, texts: Sequence[str], surfaces) -> list[str]:
     """texts of hypotheses `flat` (sentence index into src (B, S), target ids), each <unk> replaced by what it is
     aligned to in the last decoder layer of `model` (one `Transformer`); surfaces: per sentence, its source
