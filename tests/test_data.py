@@ -128,6 +128,7 @@ def test_prepare_command(config_dict, tmp_path, capsys):
     assert prepare_main(["--config", str(path), "--set", "data.vocab_size=120"]) == 0
     out = capsys.readouterr().out
     assert "vocabulary: 120 joint" in out and "train: 300 pairs" in out and "1 (length_ratio)" in out
+    assert "train: <unk> would meet 0.000% of source characters (0.00% of sentences)" in out  # coverage 1.0
     folders = sorted(p.name.split("-")[0] for p in (tmp_path / "c").iterdir())
     assert folders == ["tokenizer", "train", "valid"]
 

@@ -85,6 +85,16 @@ def test_copied_text_is_the_unknown_characters_or_the_whole_word():
     assert copied_text(surfaces, pieces, 4) == "cat"
 
 
+def test_unknown_share_counts_characters_and_sentences():
+    """Worked by hand: the (joint) vocabulary has the letters of its text only. Source: 7 + 2 + 6 = 15 characters
+    besides spaces, of which 🍕 and i are unknown (2/15), in 2 of 3 sentences; target: 8 + 6 + 4 = 18, of which 猫
+    and x (2/18), in 1 of 3."""
+    tokenizer = Tokenizer.train(["the cat sat on the mat"] * 20, ["el gato"] * 20, vocab_size=30)
+    report = unknown_share(tokenizer, ["the 🍕 cat", "hi", "the cat"], ["el 猫 gato x", "el gato", "gato"])
+    assert report["src"] == {"characters": pytest.approx(2 / 15), "sentences": pytest.approx(2 / 3)}
+    assert report["tgt"] == {"characters": pytest.approx(2 / 18), "sentences": pytest.approx(1 / 3)}
+
+
 @pytest.mark.slow
 def test_replace_unk_restores_characters_the_model_never_saw(unk_copier):
     """The copy model writes <unk> for an emoji and a CJK character (never in its data); --replace-unk copies them
