@@ -2,7 +2,7 @@
 rarest one or two words by training-target frequency), n-gram blocking, against plain beam search.
 
     python scripts/benchmark_steering.py --checkpoint runs/demo/checkpoint_last.pt --config configs/demo.yaml \
-        [--lines 400] [--beam 4] [--json out.json]
+        [--stride 5] [--lines 400] [--beam 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--config", required=True, help="its data.train (word counts) and data.test (the lines)")
-    parser.add_argument("--lines", type=int, default=0, help="the first N test lines (0 = all)")
+    parser.add_argument("--lines", type=int, default=0, help="the first N test lines (0 = all), after --stride")
+    parser.add_argument("--stride", type=int, default=1, help="every K-th test line (spread over the test books)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", help="also write the results here")
@@ -32,6 +33,7 @@ def main() -> None:
     config = load_config(args.config)
     _, train_targets = load_pairs(config.data.train, config.data)
     sources, references = load_pairs(config.data.test, config.data)
+    sources, references = sources[:: args.stride], references[:: args.stride]
     if args.lines:
         sources, references = sources[: args.lines], references[: args.lines]
     constraints = rarest_words(references, word_counts(train_targets))

@@ -67,6 +67,7 @@ def test_infeasible_constraints_are_reported(tiny, caplog):
     with caplog.at_level(logging.WARNING):
         [text] = t.translate(["the cat"], constraints=[["big red small old dog"]])
     assert "line 1: the constraints need" in caplog.text and "decoded without them" in caplog.text
+    assert "reached the maximum output length" not in caplog.text  # reported once, before the search
     assert text == t.translate(["the cat"])[0]
 
 

@@ -2,10 +2,12 @@
 
 Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
 
-This module depends only on the model's decoding interface (see model/transformer.py): `encode`, `decode_step`,
+This module depends only on the model's decoding interface (interface.py's Protocols): `encode`, `decode_step`,
 `cache.rerank_beams`, `cache.keep_sentences`, and the attributes `max_positions` and `pad_id`; the cache comes from
 model/cache.py's `init_cache`, or from the model's own `init_cache` where it brings one (an ensemble,
-decoding/ensemble.py). The model knows nothing of search.
+decoding/ensemble.py). The model knows nothing of search. Controls of the search (prefixes, constraints, n-gram
+blocking; controls.py) plug in as one `Controls`: its `mask` once per step after the model's step, its moves with
+the cache's, and beam search's candidates from its `select` (candidates.py's top 2K unless a control chooses).
 
 Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
 - Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source

@@ -5,7 +5,8 @@ Decisions:
 - A prefix is text, cut into target pieces as training targets are (`encode_tgt`); the output starts with exactly
   those pieces. A constraint is a phrase of text, cut the same way; the output must contain its pieces, contiguous,
   each phrase once, in any order. An empty prefix or an empty list of phrases asks for nothing.
-- Lines, prefixes and constraints are read together, lazily; a prefix or constraint list too many or too few is a
+- An empty input line gives an empty translation, as without steering; its prefix and constraints are read and
+  left unused. Lines, prefixes and constraints are read together, lazily; a prefix or constraint list too many or too few is a
   `UserError` naming the line.
 - What cannot be done is reported, never dropped in silence: a sentence whose phrases (with the prefix, less the
   phrases it already holds) need more pieces than its maximum output length is decoded without them, with a
@@ -99,9 +100,13 @@ def search_controls(steerings: Sequence[Steering | None], limits: Sequence[int],
     return controls
 
 
-def report_unmet(hypotheses: Sequence[Sequence], steerings: Sequence[Steering | None], numbers: Sequence[int]):
-    """A warning for each sentence whose best hypothesis misses a phrase (the search met the maximum length)."""
-    for hyps, steering, number in zip(hypotheses, steerings, numbers):
-        if steering and hyps and not all(_contains(hyps[0].tokens, p) for p in steering.phrases):
+def report_unmet(hypotheses: Sequence[Sequence], controls: Sequence, numbers: Sequence[int]) -> None:
+    """A warning for each sentence whose best hypothesis misses a phrase the search was given (it met the maximum
+    length); the phrases decoded without (`_feasible`) were reported before the search."""
+    constraints = next((c for c in controls if isinstance(c, LexicalConstraints)), None)
+    if constraints is None:
+        return
+    for hyps, phrases, number in zip(hypotheses, constraints.sets, numbers):
+        if hyps and not all(_contains(hyps[0].tokens, p) for p in phrases.phrases):
             log.warning("line %d: the search reached the maximum output length before meeting every constraint "
                         "(raise --max-len-b or --beam)", number)  # fmt: skip

@@ -160,7 +160,7 @@ class Translator:
             except OutOfMemoryError as exc:
                 raise _out_of_memory(self.settings, exc, sentences=B, length=S) from None
         if controls:
-            report_unmet(hypotheses, [line.steering for line in lines], [line.number for line in lines])
+            report_unmet(hypotheses, controls, [line.number for line in lines])
         texts = iter(texts)
         return [
             [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
