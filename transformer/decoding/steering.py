@@ -6,8 +6,8 @@ Decisions:
   those pieces. A constraint is a phrase of text, cut the same way; the output must contain its pieces, contiguous,
   each phrase once, in any order. An empty prefix or an empty list of phrases asks for nothing.
 - An empty input line gives an empty translation, as without steering; its prefix and constraints are read and
-  left unused. Lines, prefixes and constraints are read together, lazily; a prefix or constraint list too many or too few is a
-  `UserError` naming the line.
+  left unused. Lines, prefixes and constraints are read together, lazily; a prefix or constraint list too many or
+  too few is a `UserError` naming the line.
 - What cannot be done is reported, never dropped in silence: a sentence whose phrases (with the prefix, less the
   phrases it already holds) need more pieces than its maximum output length is decoded without them, with a
   warning naming the line and the lengths; a prefix longer than the maximum length is cut there, with a warning;
