@@ -18,11 +18,12 @@ RECIPE ?= configs/bible_es_en_paper.yaml
 RECIPE_ARGS ?=
 
 # `make gpu-check` and `make gpu-report` (docs/gpu.md): on a lent GPU machine without the venv, run them with that
-# machine's Python, GPU_PYTHON=python3; GPU_COMMIT names the code commit there (no git: scripts/gpu_report.py
-# --print-commit prints it here); GPU_BUDGET bounds one call of gpu-report (the rest waits for the next call).
+# machine's Python, GPU_PYTHON=python3; GPU_BUDGET bounds one call of gpu-report's steps (7m: with start-up and the
+# last step's grace, an 8-minute command; the rest waits for the next call); GPU_COMMIT is only written into the
+# records (no git there: scripts/gpu_report.py --print-commit prints it here); skipping goes by each step's stamp.
 GPU_PYTHON ?= $(BIN)/python
 GPU_COMMIT ?=
-GPU_BUDGET ?= 20m
+GPU_BUDGET ?= 7m
 GPU_ARGS ?=
 GPU_SETUP := $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 GPU_COMMIT_ARG := $(if $(GPU_COMMIT),--commit $(GPU_COMMIT))
@@ -76,13 +77,13 @@ recipe: setup
 bench-gpu: setup
 	$(BIN)/python scripts/bench_gpu.py
 
-# Every CUDA path once on a tiny model, one PASS/FAIL line each, at most 5 minutes on one GPU; without CUDA it says
-# so in one line and exits 0. GPU_ARGS=--cpu-smoke runs the same checks on the CPU.
+# Every CUDA path once on a tiny model, one PASS/FAIL/SKIP line each (about 4 minutes on one GPU, estimated); without
+# CUDA it says so in one line and exits 0. GPU_ARGS=--cpu-smoke runs the same checks on the CPU.
 gpu-check: $(GPU_SETUP)
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) scripts/gpu_check.py $(GPU_COMMIT_ARG) $(GPU_ARGS)
 
 # Every GPU figure in priority order (gpu-check, bench-gpu, the decode report, a piece of each Bible recipe) within
-# GPU_BUDGET, each step capped and recorded in docs/results/; run it again to go on where it stopped.
+# GPU_BUDGET, each step capped and recorded in docs/results/gpu/; run it again to go on where it stopped.
 gpu-report: $(GPU_SETUP)
 	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) scripts/gpu_report.py --budget $(GPU_BUDGET) $(GPU_COMMIT_ARG) $(GPU_ARGS)
 

@@ -7,7 +7,8 @@
 For each shape it runs scripts/benchmark.py (ours, nn.Transformer and, where `transformers` is installed, HF
 Marian, on the same batches of ~25k target tokens, bf16, interleaved rounds) in its own process, writes one JSON
 per shape, then rewrites the table between the bench-gpu markers of docs/benchmarks.md from every GPU record in
-docs/results/. MFU uses 989 TFLOP/s, the dense bf16 peak of an H100 SXM (the H200's is the same). Records measured
+docs/results/. MFU divides by the GPU's dense bf16 peak read from its name (transformer/benchmarks/gpu_peaks.py:
+989 TFLOP/s for an H100 SXM or H200, 756 for an H100 PCIe, ...), which each record names. Records measured
 on a CPU never enter the table, and without a GPU this script refuses to run except with --cpu-smoke.
 """
 
@@ -53,8 +54,12 @@ def _row(r: dict, name: str) -> str:
     peer = lambda k: f"{e[k]['tokens_per_s']:,.0f}" if k in e else "not run"
     ratio = f"{e['ours']['tokens_per_s'] / e['hf_marian']['tokens_per_s']:.2f}x" if "hf_marian" in e else "-"
     return (f"| {r['shape']} | {r['device']} | {r['date']} | {r['tokens_per_update']:,} | "
-            f"{e['ours']['tokens_per_s']:,.0f} | {r['mfu']:.1%} | {e['ours']['peak_mem_gb']} | "
+            f"{e['ours']['tokens_per_s']:,.0f} | {_mfu(r)} | {e['ours']['peak_mem_gb']} | "
             f"{peer('nn_transformer')} | {peer('hf_marian')} | {ratio} | [{name}](results/{name}) |")  # fmt: skip
+
+
+def _mfu(r: dict) -> str:
+    return f"{r['mfu']:.1%} of {r['peak_tflops']:g}" if r.get("mfu") is not None else "-"
 
 
 def table(results: Path) -> str:
@@ -65,7 +70,7 @@ def table(results: Path) -> str:
         if r.get("kind") != "train_throughput" or r.get("device_type") != "cuda":
             continue  # CPU figures are never shown as GPU ones
         rows.append((r["date"], _row(r, path.name)))
-    head = ("| shape | GPU | date | target tokens / step | ours tokens/s | MFU (989 TFLOP/s) | ours peak GB | "
+    head = ("| shape | GPU | date | target tokens / step | ours tokens/s | MFU (of TFLOP/s) | ours peak GB | "
             "nn.Transformer tokens/s | HF Marian tokens/s | ours / Marian | record |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     body = "\n".join(row for _, row in sorted(rows, reverse=True)) or "| no GPU run of `make bench-gpu` yet |"

@@ -9,8 +9,9 @@ training step before the chunked pad-free loss). Each model trains on the same r
 (forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
 reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
 `optim.batch_loss`, the trainer's step.
-The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention, per
-token) and peak memory; `--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
+The script prints target tokens/s and, on a GPU, the model FLOPs utilisation (6 x parameters + attention: the
+encoder's per source token, the decoder's per target token; the GPU's peak read from its name) and peak memory;
+`--json` writes the record that docs/results/ holds (`make bench-gpu` runs it per shape).
 A benchmark, not a test: run it on the machine you want to know about and record the output in docs/benchmarks.md.
 """
 
@@ -168,11 +169,19 @@ def measure(engines: dict, batches, precision: str, device: torch.device, warmup
     return results
 
 
-def flops_per_token(model: Transformer, cfg, vocab: int, mean_len: int) -> float:
-    """6 x (non-embedding parameters + output layer) + attention score/value FLOPs, per target token."""
-    dense = count_parameters(model)  # the tied matrix counts once: as the output matmul, not the lookup
-    attention = 6 * 2 * mean_len * cfg.d_model * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
-    return 6 * dense + attention
+def flops_per_token(model: Transformer, cfg, mean_len: int, src_per_tgt: float) -> float:
+    """Training FLOPs per target token: the encoder's work is per source token (`src_per_tgt` of them per target
+    token), the decoder's and the output layer's per target token. Each: 6 x its parameters (forward and backward)
+    + 6 x 2 x length x d_model per layer for the attention scores and values (self-attention over its own length,
+    the decoder's cross-attention over the source's). Embedding lookups cost nothing; a tied output matrix counts
+    once, as the output layer's matrix product."""
+    layers = lambda stack: sum(p.numel() for layer in stack.layers for p in layer.parameters())  # noqa: E731
+    encoder, decoder = layers(model.encoder), layers(model.decoder)
+    output = model.output_proj.weight.numel()
+    attention = 6 * 2 * mean_len * cfg.d_model
+    per_source = 6 * encoder + attention * cfg.n_encoder_layers
+    per_target = 6 * (decoder + output) + attention * 2 * cfg.n_decoder_layers
+    return src_per_tgt * per_source + per_target
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM)")
+    parser.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak of the GPU in TFLOP/s "
+                        "(default: from the GPU's name, transformer/benchmarks/gpu_peaks.py)")  # fmt: skip
     parser.add_argument(
         "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
     )
@@ -221,8 +231,10 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
     for name, build in builders.items():
         try:
             engine = build()
-        except ImportError as exc:
-            print(f"{name:<20} skipped ({exc})")
+        except Exception as exc:  # a peer that is missing or breaks under this version: left out, ours stays
+            if name == "ours":
+                raise
+            print(f"{name:<20} skipped ({type(exc).__name__}: {exc})")
             continue
         model = engine.model.to(args.device)
         engine.model = torch.compile(model) if args.compile else model
@@ -251,15 +263,17 @@ def run(args) -> dict:
     engines = build_engines(args, cfg, set(args.peers.split(",")))
     ours = engines["ours"].model
     params = count_parameters(ours)
-    per_token = flops_per_token(ours, cfg, args.vocab, args.mean_len)
+    src_per_tgt = sum(int(b.src.ne(PAD_ID).sum()) for b in batches) / sum(b.n_tgt_tokens for b in batches)
+    per_token = flops_per_token(ours, cfg, args.mean_len, src_per_tgt)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({_cpu_name()})"
+    peak_tf, peak_name = _peak(args.peak_tflops, name) if device.type == "cuda" else (None, None)
     print(f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")  # fmt: skip
     results = measure(engines, batches, precision, device, args.warmup, args.rounds)
     on_gpu = device.type == "cuda"
     print(f"{'model':<20}{'tokens/s':>12}{'vs ours':>9}{'MFU':>8}{'peak GB':>9}  rounds")
     for engine, r in results.items():
-        mfu = f"{r['tokens_per_s'] * per_token / (args.peak_tflops * 1e12):.1%}" if on_gpu else "-"
+        mfu = f"{r['tokens_per_s'] * per_token / (peak_tf * 1e12):.1%}" if peak_tf else "-"
         ratio = results["ours"]["tokens_per_s"] / r["tokens_per_s"]
         peak = f"{r['peak_mem_gb']:.2f}" if r["peak_mem_gb"] is not None else "-"
         print(f"{engine:<20}{r['tokens_per_s']:>12,.0f}{ratio:>8.2f}x{mfu:>8}{peak:>9}  {r['rounds']}")
@@ -271,13 +285,22 @@ def run(args) -> dict:
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "precision": precision,
         "threads": torch.get_num_threads() if not on_gpu else None, "parameters": params,
         "tokens_per_update": round(sum(b.n_tgt_tokens for b in batches) / len(batches)),
-        "flops_per_token": per_token, "engines": results,
-        "mfu": round(ours_tok * per_token / (args.peak_tflops * 1e12), 4) if on_gpu else None,
-        "peak_tflops": args.peak_tflops if on_gpu else None,
-        "peak_tflops_name": "dense bf16 peak of an H100 SXM (the H200's is the same)" if on_gpu else None,
+        "flops_per_token": per_token, "source_tokens_per_target_token": round(src_per_tgt, 4), "engines": results,
+        "mfu": round(ours_tok * per_token / (peak_tf * 1e12), 4) if peak_tf else None,
+        "peak_tflops": peak_tf, "peak_tflops_name": peak_name,
         "ratios": {f"ours/{k}": round(ours_tok / v["tokens_per_s"], 3) for k, v in results.items() if k != "ours"},
         "round_ratios": round_ratios(results),
     }  # fmt: skip
+
+
+def _peak(given: float, device: str) -> tuple[float | None, str | None]:
+    """The GPU's dense bf16 peak: --peak-tflops, else from its name; (None, why) for a GPU we have no figure for."""
+    from transformer.benchmarks.gpu_peaks import peak_tflops
+
+    if given:
+        return given, f"given with --peak-tflops for {device}"
+    found = peak_tflops(device)
+    return found if found else (None, f"no peak known for {device}: pass --peak-tflops")
 
 
 def round_ratios(results: dict) -> dict:
@@ -344,10 +367,11 @@ def decode_main(argv: list[str] | None = None) -> None:
         args.shape
         or f"{c.n_encoder_layers}+{c.n_decoder_layers}, d{c.d_model}, ff{c.d_ff}, V{model.output_proj.out_features}"
     )
-    batches = db.batches_of(sources, args.batch_size)
+    batches, left_out = db.batches_of(sources, args.batch_size), {}
     engines_by_compute = db.decode_engines(
         model, tokenizer, config, args.engines.split(","), computes, threads=args.threads,
         random_weights=not args.checkpoint, tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")), device=args.device,
+        left_out=left_out,
     )  # fmt: skip
     if args.device == "cuda":
         device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
@@ -364,7 +388,9 @@ def decode_main(argv: list[str] | None = None) -> None:
                                              max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
                 result = db.time_engines(engines, sources, batches, settings, args.repeats)
                 engine_results = db.compare_engines(result, tokenizer, references)
-                record = {**common, "beam": beam, "compute": compute, "sentences": len(sources),
+                left_out.update(engines.left_out)
+                record = {**common, **({"left_out": dict(left_out)} if left_out else {}), "beam": beam,
+                          "compute": compute, "sentences": len(sources),
                           "batch_size": args.batch_size, "forced_length": args.forced or None,
                           "settings": vars(settings), "engines": engine_results}  # fmt: skip
                 _write_decode_record(record, Path(args.out))

@@ -53,5 +53,5 @@ def test_table_shows_gpu_records_only(tmp_path):
     rows = [line for line in _script().table(tmp_path).splitlines() if line.startswith("| base")]
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
-    assert cells[1] == "NVIDIA H100 80GB HBM3" and cells[4] == "1,000,000" and cells[5] == "41.2%"
+    assert cells[1] == "NVIDIA H100 80GB HBM3" and cells[4] == "1,000,000" and cells[5] == "41.2% of 989"
     assert cells[7] == "not run" and cells[8] == "400,000" and cells[9] == "2.50x"

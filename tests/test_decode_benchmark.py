@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,25 @@ def test_the_script_reports_bad_input_in_one_line(tmp_path):
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
+
+
+def test_a_peer_that_fails_is_left_out_and_ours_still_measured(tmp_path, monkeypatch):
+    """A peer whose export raises (HF under another major version, say) is left out before any process starts; one
+    whose process cannot build it (here: CTranslate2 given a folder with no model) is left out at the warm-up; both
+    with their reasons, and ours is measured."""
+
+    def broken(*args):
+        raise AttributeError("'MarianConfig' object has no attribute 'something'")
+
+    monkeypatch.setattr(db, "_export_hf", broken)
+    model, pieces, config, sources, _ = _random_inputs()
+    left_out = {}
+    factories = db.decode_engines(model, pieces, config, ["ours", "hf"], ["fp32"], threads=1, random_weights=True,
+                                  tmp=tmp_path, left_out=left_out)["fp32"]  # fmt: skip
+    assert list(factories) == ["ours"] and "its export raised AttributeError" in left_out["hf"]
+    factories["ctranslate2"] = partial(db.build_engine, "ctranslate2", "fp32", 1, tmp_path / "missing")
+    settings = db.DecodeSettings(beam=1, alpha=1.0, max_len_a=1.2, max_len_b=10, forced=5)
+    with db.EngineProcesses(factories) as engines:
+        result = db.time_engines(engines, sources, db.batches_of(sources, 4), settings, repeats=1)
+    assert list(result) == ["ours"] and result["ours"]["tokens"] == 5 * len(sources)
+    assert list(engines.left_out) == ["ctranslate2"] and engines.left_out["ctranslate2"]

@@ -18,6 +18,7 @@ from conftest import random_tokens, tiny_model
 from transformer.benchmarks import gpu_check
 from transformer.benchmarks.gpu_check_runs import CheckFailedError, CheckSkippedError, Run, compare_losses
 from transformer.benchmarks.gpu_check_training import UpdateSpy, check_skip
+from transformer.benchmarks.stamps import write_json
 from transformer.config import load_config
 from transformer.data.batching import Batch
 from transformer.training import optim
@@ -156,38 +157,106 @@ def test_one_line_per_path_exit_1_on_a_failure_and_the_stamp(tmp_path, capsys):
     assert json.loads((tmp_path / "rec" / "gpu_check_cpu-x.json").read_text())["passed"]
 
 
-GROUPS = {  # the smoke run in three parts, each under a minute on 2 cores: in this process, in subprocesses, decoding
-    "in-process": ["bf16", "fp16-scaler", "prefetch", "compile-buckets"],
-    "subprocesses": ["torchrun", "kill-resume"],
-    "decoding": ["decode", "evaluate", "export-hf", "export-ctranslate2"],
+def test_a_check_stopped_part_way_goes_on_from_its_record(tmp_path, capsys):
+    """A record with this stamp (a check killed part-way, one path failed): the paths it passed or skipped are
+    carried over, the others run; another stamp runs everything."""
+    names = [name for name, _ in gpu_check.CHECKS]
+    ran = []
+    run = lambda name: lambda ctx: ran.append(name) or "held"  # noqa: E731
+    earlier = [{"path": names[0], "status": "PASS", "detail": "held before", "seconds": 1.0},
+               {"path": names[1], "status": "SKIP", "detail": "no package", "seconds": 0.1},
+               {"path": names[2], "status": "FAIL", "detail": "broke", "seconds": 2.0}]  # fmt: skip
+    path = gpu_check.record_path(tmp_path, "CPU X")
+    write_json(path, {"kind": "gpu_check", "stamp": "s1", "finished": False, "passed": False, "results": earlier})
+    ctx = gpu_check.context(smoke=True, work=tmp_path)
+    checks = [(name, run(name)) for name in names]
+    assert gpu_check.run_checks(ctx, checks, records=tmp_path, commit="c", device="CPU X", command="c", stamp="s1") == 0
+    assert ran == names[2:] and "(recorded earlier with this stamp)" in capsys.readouterr().out
+    record = json.loads(path.read_text())
+    assert record["passed"] and [r["status"] for r in record["results"][:3]] == ["PASS", "SKIP", "PASS"]
+    assert record["results"][0]["detail"] == "held before"
+    ran.clear()
+    assert gpu_check.run_checks(ctx, checks, records=tmp_path, commit="c", device="CPU X", command="c", stamp="s2") == 0
+    assert ran == names  # another stamp: nothing carried over
+
+
+# What each path's line must say in the CPU smoke run (tests/test_gpu_report.py's dress rehearsal runs them all).
+SMOKE_DETAILS = {
+    "bf16": "decided on the device",
+    "fp16-scaler": "bf16 autocast with a GradScaler forced on",
+    "prefetch": "prefetch 2 vs 0",
+    "compile-buckets": "aot_eager backend, dynamic shapes, 1 graph(s)",
+    "unfused-loss": "validations with greedy BLEU",
+    "torchrun": "2 micro-batches per update (no_sync on the first)",
+    "kill-resume": "SIGTERM at update",
+    "decode": "CPU smoke: the tiny model, pre-LN",
+    "evaluate": "precision auto (fp32)",
+    "inspect": "transformer-score within",
+    "export-hf": "exported, loaded on cpu",
+    "export-ctranslate2": "exported, loaded on cpu",
 }
 
 
-def test_the_groups_cover_every_path_in_order():
-    assert [name for group in GROUPS.values() for name in group] == [name for name, _ in gpu_check.CHECKS]
+def test_every_path_has_its_smoke_detail():
+    assert list(SMOKE_DETAILS) == [name for name, _ in gpu_check.CHECKS]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", GROUPS)
-def test_cpu_smoke_runs_every_path(group, tmp_path):
-    """The check on the CPU, tiny, a group of paths at a time (`--only`): each passes (an export skips only without
-    its package), in order, and the partial stamp records them, not passed (not every path ran)."""
+def test_cpu_smoke_of_some_paths_writes_the_partial_record(tmp_path):
+    """`--only` runs some paths (and the runs they compare with) on the CPU and records them as partial, never
+    passed."""
+    paths = ["prefetch", "decode"]
     command = [sys.executable, "scripts/gpu_check.py", "--cpu-smoke", "--records", str(tmp_path / "rec"), "--work",
-               str(tmp_path / "work"), "--commit", "smoke1", "--only", ",".join(GROUPS[group])]  # fmt: skip
+               str(tmp_path / "work"), "--commit", "smoke1", "--only", ",".join(paths)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=NO_GPU, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")]
-    assert [line.split(" ")[1].rstrip(":") for line in lines] == GROUPS[group]
-    for line in lines:
-        assert line.startswith("PASS") or (line.startswith("SKIP export-") and "not installed" in line), line
-    (stamp_path,) = (tmp_path / "rec").glob("gpu_check_*_partial.json")
-    stamp = json.loads(stamp_path.read_text())
-    assert stamp["finished"] and not stamp["passed"] and stamp["commit"] == "smoke1" and stamp["device_type"] == "cpu"
-    details = {r["path"]: r["detail"] for r in stamp["results"]}
-    assert list(details) == GROUPS[group] and "--cpu-smoke" in stamp["command"]
-    if group == "in-process":
-        assert "aot_eager backend, one length bucket" in details["compile-buckets"]
-        assert "bf16 autocast with a GradScaler forced on" in details["fp16-scaler"]
-        assert "decided on the device" in details["bf16"] or "decided on the host" in details["bf16"]
-    if group == "subprocesses":
-        assert "SIGTERM at update" in details["kill-resume"] and "trained on cpu" in details["torchrun"]
+    (record_path,) = (tmp_path / "rec").glob("gpu_check_*_partial.json")
+    record = json.loads(record_path.read_text())
+    assert record["finished"] and not record["passed"] and record["commit"] == "smoke1" and record["stamp"]
+    assert [(r["path"], r["status"]) for r in record["results"]] == [(p, "PASS") for p in paths]
+    assert all(SMOKE_DETAILS[r["path"]] in r["detail"] for r in record["results"])
+
+
+# ------------------------------------------------------------------------------------------ engines and decoding
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout", "outcome", "message"),
+    [
+        (0, "loading\nPASS exported, loaded on cuda: equal on 100%\n", None, "exported, loaded on cuda"),
+        (0, "FAIL greedy output equal to ours on 60% of 40 sentences\n", CheckFailedError, "on 60% of 40"),
+        (0, "SKIP ctranslate2 is not installed\n", CheckSkippedError, "not installed"),
+        (-11, "loading CUDA libraries\n", CheckSkippedError, r"its process crashed \(exit code -11\)"),
+    ],
+)
+def test_an_engine_checked_in_its_own_process(monkeypatch, tmp_path, code, stdout, outcome, message):
+    """The export checks read the child's last line; a child that crashes (CTranslate2 loading its CUDA libraries)
+    is a SKIP with its reason, never the end of the check."""
+    from transformer.benchmarks import gpu_check_decoding, gpu_check_engines
+
+    calls = []
+    monkeypatch.setattr(gpu_check_decoding, "_checkpoint", lambda ctx: tmp_path / "checkpoint_last.pt")
+    monkeypatch.setattr(gpu_check_engines.subprocess, "run", lambda command, **kw: calls.append(command) or
+                        subprocess.CompletedProcess(command, code, stdout, ""))  # fmt: skip
+    ctx = gpu_check.context(smoke=True, work=tmp_path)
+    if outcome is None:
+        assert message in gpu_check_engines.check_export_ctranslate2(ctx)
+    else:
+        with pytest.raises(outcome, match=message):
+            gpu_check_engines.check_export_ctranslate2(ctx)
+    assert calls[0][1:4] == ["-m", "transformer.benchmarks.gpu_check_engines", "ctranslate2"]
+
+
+def test_half_precision_is_judged_by_agreement_and_chrf():
+    from transformer.benchmarks.gpu_check_decoding import _judge
+    from transformer.decoding.translator import Translation
+
+    def outputs(texts):
+        return [Translation(text=t, score=0.0, log_prob=0.0, tokens=[len(w) for w in t.split()]) for t in texts]
+
+    full = outputs([f"the word {i} of the book of Ruth" for i in range(20)])
+    near = outputs([f"the word {i} of the book of Ruth" if i % 3 else f"the word {i} of the book" for i in range(20)])
+    broken = outputs(["lord lord" for i in range(20)])
+    assert _judge(near, full, [t.text for t in full], "greedy bf16")[1]  # two thirds the same, chrF high
+    part, good = _judge(broken, full, [t.text for t in full], "greedy fp16")
+    assert not good and "same 0%" in part

@@ -177,6 +177,14 @@ class EngineProcesses:
         context = multiprocessing.get_context("spawn")
         self.pools = {name: ProcessPoolExecutor(1, mp_context=context, initializer=_start_engine, initargs=(factory,))
                       for name, factory in factories.items()}  # fmt: skip
+        self.left_out = {}
+
+    left_out: dict[str, str]  # engine -> why it was left out (it could not load or crashed)
+
+    def leave_out(self, name: str, why: str) -> None:
+        print(f"{name} left out: {why}", flush=True)
+        self.left_out[name] = why
+        self.pools.pop(name).shutdown(wait=False, cancel_futures=True)
 
     def run(self, name: str, batches: list[list[list[int]]], settings: DecodeSettings):
         """(seconds, outputs): engine `name` decodes the batches of source ids in turn, timed in its process."""
@@ -212,9 +220,14 @@ def time_engines(
     engine the fastest repeat's seconds (its turns added up), its output token count and its outputs (in source
     order)."""
     rows = [[sources[i] for i in batch] for batch in batches]
+    for name in list(engines.pools):  # warm-up, untimed: first-call allocations and lazy initialisation
+        try:
+            engines.run(name, rows[:1], settings)
+        except Exception as exc:  # a peer that cannot load or crashed: left out, never the loss of our figures
+            if name == "ours":
+                raise
+            engines.leave_out(name, f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}")
     names = list(engines.pools)
-    for name in names:  # warm-up, untimed: first-call allocations and lazy initialisation
-        engines.run(name, rows[:1], settings)
     best: dict[str, dict] = {}
     for _ in range(repeats):
         seconds, per_batch = dict.fromkeys(names, 0.0), {name: [] for name in names}
@@ -274,18 +287,17 @@ def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sente
 
 def decode_engines(
     model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp,
-    device: str = "cpu",
+    device: str = "cpu", left_out: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Callable[[], Callable]]]:  # fmt: skip
     """{compute: {engine name: factory}} for `computes` (`COMPUTES`) on `device`: `build_engine` bound to our model
-    or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8."""
+    or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8. A peer whose
+    export raises is left out, with the reason in `left_out`."""
     out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
     if "ours" in names:
         for c in computes:
             out[c]["ours"] = partial(build_engine, "ours", c, threads, model, device=device)
-    if "ctranslate2" in names:
-        from transformer.decoding.export import export_ctranslate2
-
-        export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
+    ct2_export = lambda: _export_ct2(model, tokenizer, config, tmp)  # noqa: E731
+    if "ctranslate2" in names and _exported("ctranslate2", left_out, ct2_export):
         pieces = dict(src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
                       tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
                       suppress=random_weights)  # fmt: skip
@@ -294,13 +306,35 @@ def decode_engines(
                 build_engine, "ctranslate2", c, threads, tmp / "ct2", device=device, **pieces
             )
     hf_computes = [c for c in computes if c != "int8"]
-    if "hf" in names and hf_computes:
-        from transformer.decoding.export import hf_model_from_ours
-
-        hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
+    if "hf" in names and hf_computes and _exported("hf", left_out, lambda: _export_hf(model, config, tmp)):
         for c in hf_computes:
             out[c]["hf"] = partial(build_engine, "hf", c, threads, tmp / "hf", device=device)
     return out
+
+
+def _export_ct2(model, tokenizer, config, tmp) -> None:
+    from transformer.decoding.export import export_ctranslate2
+
+    export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
+
+
+def _export_hf(model, config, tmp) -> None:
+    from transformer.decoding.export import hf_model_from_ours
+
+    hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
+
+
+def _exported(name: str, left_out: dict[str, str] | None, export: Callable[[], None]) -> bool:
+    """Run a peer's export; False (the reason in `left_out`, or raised without one) when it raises."""
+    try:
+        export()
+    except Exception as exc:
+        if left_out is None:
+            raise
+        left_out[name] = f"its export raised {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+        print(f"{name} left out: {left_out[name]}", flush=True)
+        return False
+    return True
 
 
 def compare_engines(result: dict[str, dict], tokenizer, references: list[str] | None) -> dict[str, dict]:

@@ -26,7 +26,18 @@ from transformer.training import optim
 TINY = ROOT / "configs" / "tiny.yaml"
 DEMO = ROOT / "configs" / "demo.yaml"  # the decoding model's shape, on a GPU
 SHORT = ROOT / "data" / "bible-es-en" / "short"  # verses of at most 20 words: at most 48 tokens kept below
-SMOKE_BUCKET = 48  # the CPU smoke mode's one length bucket: data.max_tokens_per_sentence below
+SMOKE_BUCKET = 48  # data.max_tokens_per_sentence below (the short verses' longest kept side)
+# What the check runs, for its stamp (stamps.step_stamp): the library, its own modules and entry point, its configs
+# and data; and the optional packages whose versions change what it finds.
+CHECK_DEPENDS = ("transformer/*.py", "transformer/model", "transformer/data", "transformer/training",
+                 "transformer/decoding", "transformer/commands", "transformer/benchmarks/gpu_check*.py",
+                 "transformer/benchmarks/decode.py", "scripts/gpu_check.py", "configs/tiny.yaml", "configs/demo.yaml",
+                 "data/bible-es-en/short")  # fmt: skip
+CHECK_PACKAGES = ("transformers", "ctranslate2", "matplotlib", "sacrebleu")
+
+
+def check_signature(smoke: bool) -> str:
+    return "gpu_check.py" + (" --cpu-smoke" if smoke else "")
 
 
 class CheckFailedError(Exception):
@@ -48,11 +59,11 @@ class Sizes:
     kill_at: int  # SIGTERM once this update is logged
     short_updates: int  # every other run
     force_at: int  # the update whose gradients are made non-finite
-    decoder_updates: int  # the decoding model's run (0: the decoding checks use the reference's checkpoint)
+    decoder_updates: int  # the decoding model's run
 
 
-GPU_SIZES = Sizes(reference_updates=80, kill_at=20, short_updates=12, force_at=4, decoder_updates=1000)
-SMOKE_SIZES = Sizes(reference_updates=16, kill_at=4, short_updates=6, force_at=3, decoder_updates=0)
+GPU_SIZES = Sizes(reference_updates=40, kill_at=8, short_updates=12, force_at=4, decoder_updates=1000)
+SMOKE_SIZES = Sizes(reference_updates=12, kill_at=4, short_updates=6, force_at=3, decoder_updates=6)
 
 
 def short_splits() -> list[str]:
@@ -120,6 +131,12 @@ def read_losses(out_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records if "loss" in r and "valid_loss" not in r}
 
 
+def read_validations(out_dir: Path) -> list[dict]:
+    """The validation lines of a run's metrics.jsonl (those with a valid_loss), in order."""
+    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if "valid_loss" in r]
+
+
 def compare_losses(run: dict[int, float], reference: dict[int, float], updates: int, tolerance: float) -> float:
     """The largest relative difference between the two runs' losses at updates 1..`updates`; fails past
     `tolerance`, naming the first update that differs that much."""
@@ -155,7 +172,7 @@ def tail(text: str, lines: int = 3) -> str:
 # ------------------------------------------------------------------------------------------------ shared runs
 
 
-def _once(ctx: Context, name: str, make) -> Run:
+def once(ctx: Context, name: str, make) -> Run:
     """`make()`'s run, made once per check session: a failure fails each check that needs it, without a retry."""
     require(name not in ctx.failed, f"needs the {name} run, which failed")
     ctx.failed.add(name)
@@ -167,18 +184,18 @@ def _once(ctx: Context, name: str, make) -> Run:
 def reference_run(ctx: Context) -> Run:
     """The bf16 reference run (the tiny model, prefetcher on), trained on first use."""
     if ctx.reference is None:
-        ctx.reference = _once(ctx, "reference", lambda: train(ctx, "reference", ctx.sizes.reference_updates))
+        ctx.reference = once(ctx, "reference", lambda: train(ctx, "reference", ctx.sizes.reference_updates))
     return ctx.reference
 
 
 def decoder_run(ctx: Context) -> Run:
     """The decoding checks' model, trained in bf16 on first use: on a GPU `Context.decoder_overrides`; in the CPU
-    smoke mode the reference run (whose outputs are too short to mean much: the smoke run checks the plumbing)."""
-    if not ctx.sizes.decoder_updates:
-        return reference_run(ctx)
+    smoke mode the tiny model pre-LN as configs/demo.yaml's is (so that the export takes the same path), whose
+    outputs are too short to mean much: the smoke run checks the plumbing."""
     if ctx.decoder is None:
         n = ctx.sizes.decoder_updates
-        make = lambda: train(ctx, "decoder", n, config=load_config(DEMO, ctx.decoder_overrides(n)))  # noqa: E731
-        ctx.decoder = _once(ctx, "decoding model", make)
+        smoke = load_config(TINY, ctx.overrides("decoder", n, "model.norm_first=true"))
+        config = smoke if ctx.smoke else load_config(DEMO, ctx.decoder_overrides(n))
+        ctx.decoder = once(ctx, "decoding model", lambda: train(ctx, "decoder", n, config=config))
         require(ctx.decoder.result["step"] == n, f"the decoding model stopped at update {ctx.decoder.result['step']}")
     return ctx.decoder

@@ -4,11 +4,18 @@ independent expectation:
 - bf16: the reference run's loss falls, and a run whose gradients are made non-finite at one update skips it,
   counts it, and leaves the weights and the schedule where they were. On CUDA, bf16 with the fused Adam decides the
   skip on the device (found_inf, no host read); the CPU smoke mode uses a fused Adam on the CPU for the same path.
-- fp16 with the loss scaler: the same forced overflow, and the scale halves. fp16 autocast is CUDA only
-  (precision.py), so the CPU smoke mode runs bf16 autocast with a GradScaler forced on: the scaler's path, not fp16.
+- fp16 with the loss scaler: the same forced overflow, and the scale halves; on CUDA the optimizer is the fused Adam
+  (`optim.make_optimizer`), so this is the fp16 + fused Adam + GradScaler branch of the update. fp16 autocast is
+  CUDA only (precision.py), so the CPU smoke mode runs bf16 autocast with a GradScaler forced on and a fused Adam on
+  the CPU: the same branch, not fp16.
 - prefetch: the reference (prefetcher on: on CUDA pinned batches copied on a side stream) against a run without it.
-- compile: length-bucketed batches eager against compiled (the CPU smoke mode: the aot_eager backend and a single
-  bucket, so that one compilation serves every batch).
+- compile: length-bucketed batches eager against compiled, dropout 0 and fp32 (TF32 matrix products on CUDA), so
+  that only the kernels differ: tolerance 1e-3, which a 0.5% error in any loss exceeds. `torch.compile` is given
+  `dynamic=True`, so one compilation serves every bucket and batch size (the line counts the graphs compiled); the
+  CPU smoke mode uses the aot_eager backend.
+- unfused-loss: `train.fused_loss: false` (the full-logits loss) with a validation and its greedy BLEU every few
+  updates, against the reference: the same losses (within the larger of the two tolerances: another computation
+  of the same loss), and a finite validation loss and BLEU logged.
 
 The forced overflow: the loss's gradient multiplied by inf while the loss stays finite, which is what an fp16
 overflow in the backward pass looks like to the update.
@@ -25,10 +32,10 @@ from collections.abc import Iterator
 import torch
 
 from transformer.benchmarks.gpu_check_runs import (
-    SMOKE_BUCKET,
     Context,
     Run,
     compare_losses,
+    read_validations,
     reference_run,
     require,
     train,
@@ -143,17 +150,26 @@ def check_bf16(ctx: Context) -> str:
     return f"{n} updates, loss {losses[1]:.2f} -> {losses[n]:.2f}; {check_skip(spy, run)}; decided {where}{smoke}"
 
 
+def _optimizer_name(optimizer) -> str:
+    fused = " (fused)" if optimizer.defaults.get("fused") else " (unfused)"
+    return type(optimizer).__name__ + fused
+
+
 def check_fp16_scaler(ctx: Context) -> str:
-    """fp16 with the GradScaler (CPU smoke: bf16 autocast with a GradScaler forced on); a forced overflow."""
-    spy = UpdateSpy(ctx.sizes.force_at)
-    if ctx.smoke:
-        force_scaler = lambda trainer: setattr(trainer.setup, "scaler", torch.amp.GradScaler("cpu"))  # noqa: E731
-        with spy.installed():
-            run = train(ctx, "fp16-scaler", ctx.sizes.short_updates, prepare=force_scaler)
-        return check_skip(spy, run) + " (CPU smoke: bf16 autocast with a GradScaler forced on; fp16 is CUDA only)"
-    with spy.installed():
-        run = train(ctx, "fp16-scaler", ctx.sizes.short_updates, "train.precision=fp16")
-    return check_skip(spy, run)
+    """fp16 with the GradScaler and the fused Adam (CPU smoke: bf16 autocast, a GradScaler forced on, the fused Adam
+    on the CPU); a forced overflow."""
+    spy, seen = UpdateSpy(ctx.sizes.force_at), []
+
+    def prepare(trainer) -> None:
+        if ctx.smoke:
+            trainer.setup.scaler = torch.amp.GradScaler("cpu")
+        seen.append(_optimizer_name(trainer.optimizer))
+
+    extra = [] if ctx.smoke else ["train.precision=fp16"]
+    with spy.installed(), _fused_adam_on_cpu() if ctx.smoke else contextlib.nullcontext():
+        run = train(ctx, "fp16-scaler", ctx.sizes.short_updates, *extra, prepare=prepare)
+    smoke = " (CPU smoke: bf16 autocast with a GradScaler forced on; fp16 is CUDA only)" if ctx.smoke else ""
+    return f"{check_skip(spy, run)}; {seen[0]} with a GradScaler{smoke}"
 
 
 def check_prefetch(ctx: Context) -> str:
@@ -166,29 +182,51 @@ def check_prefetch(ctx: Context) -> str:
 
 
 @contextlib.contextmanager
-def _smoke_compile(ctx: Context) -> Iterator[None]:
-    """CPU smoke mode: torch.compile with the aot_eager backend, and one length bucket (SMOKE_BUCKET)."""
-    if not ctx.smoke:
-        yield
-        return
-    from transformer.data import batching
+def _compile_once(ctx: Context) -> Iterator[dict]:
+    """torch.compile with dynamic=True (CPU smoke mode: the aot_eager backend); yields a dict that gets the number
+    of graphs compiled (Dynamo's counters) when the block ends."""
+    import torch._dynamo
 
-    real_compile, real_buckets = torch.compile, batching.LENGTH_BUCKETS
-    torch.compile, batching.LENGTH_BUCKETS = functools.partial(real_compile, backend="aot_eager"), (SMOKE_BUCKET,)
+    real_compile, counted = torch.compile, {}
+    backend = {"backend": "aot_eager"} if ctx.smoke else {}
+    torch.compile = functools.partial(real_compile, dynamic=True, **backend)
+    torch._dynamo.reset()
     try:
-        yield
+        yield counted
     finally:
-        torch.compile, batching.LENGTH_BUCKETS = real_compile, real_buckets
+        torch.compile = real_compile
+        counted["graphs"] = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
 def check_compile(ctx: Context) -> str:
-    """Length-bucketed batches, eager and compiled: the same losses within the compile tolerance."""
-    n = ctx.sizes.short_updates
-    with _smoke_compile(ctx):
-        eager = train(ctx, "buckets-eager", n, "train.length_buckets=true")
-        start = time.perf_counter()
-        compiled = train(ctx, "buckets-compiled", n, "train.length_buckets=true", "train.compile=true")
+    """Length-bucketed batches, eager and compiled, dropout 0 and fp32: the same losses within the compile
+    tolerance."""
+    n, exact = ctx.sizes.short_updates, ["train.length_buckets=true", "model.dropout=0", "train.precision=fp32"]
+    eager = train(ctx, "buckets-eager", n, *exact)
+    start = time.perf_counter()
+    with _compile_once(ctx) as counted:
+        compiled = train(ctx, "buckets-compiled", n, *exact, "train.compile=true")
     worst = compare_losses(compiled.losses, eager.losses, n, ctx.compile_tolerance)
-    how = "aot_eager backend, one length bucket" if ctx.smoke else "inductor, length buckets"
-    return (f"{n} updates compiled ({how}, {time.perf_counter() - start:.0f} s with compilation) against eager: "
-            f"losses within {worst:.1e} (tolerance {ctx.compile_tolerance:g})")  # fmt: skip
+    how = "aot_eager backend" if ctx.smoke else "inductor"
+    return (f"{n} updates compiled ({how}, dynamic shapes, {counted['graphs']} graph(s), "
+            f"{time.perf_counter() - start:.0f} s with compilation) against eager, dropout 0, fp32: losses within "
+            f"{worst:.1e} (tolerance {ctx.compile_tolerance:g})")  # fmt: skip
+
+
+def check_unfused_loss(ctx: Context) -> str:
+    """`train.fused_loss: false`, validating with greedy BLEU every few updates: the reference's losses, and each
+    validation logged with a finite loss and BLEU."""
+    reference, n = reference_run(ctx), ctx.sizes.short_updates
+    every = max(n // 2, 1)
+    run = train(ctx, "unfused-loss", n, "train.fused_loss=false", f"train.valid_every={every}",
+                "train.valid_bleu=true", "train.valid_bleu_sentences=20")  # fmt: skip
+    tolerance = max(ctx.tolerance, ctx.compile_tolerance)  # another computation of the loss: kernels differ
+    worst = compare_losses(run.losses, reference.losses, n, tolerance)
+    valid = read_validations(run.out_dir)
+    require(len(valid) >= n // every, f"{len(valid)} validations logged, {n // every} expected")
+    require(all(math.isfinite(v.get("valid_loss", math.nan)) and math.isfinite(v.get("valid_bleu", math.nan))
+                for v in valid), f"a validation without a finite loss and BLEU: {valid}")  # fmt: skip
+    last = valid[-1]
+    return (f"full-logits loss: {n} losses within {worst:.1e} of the reference (tolerance {tolerance:g}); "
+            f"{len(valid)} validations with greedy BLEU, the last loss {last['valid_loss']:.3f}, "
+            f"BLEU {last['valid_bleu']:.2f}")  # fmt: skip

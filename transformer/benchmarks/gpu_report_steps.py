@@ -1,12 +1,12 @@
-"""The steps of `make gpu-report` (gpu_report.py runs them): each one's command, cap and records, on a GPU and in
-the CPU smoke mode (the same scripts with tiny shapes, a few seconds each).
+"""The steps of `make gpu-report` (gpu_report.py runs them): each one's command, cap, records and what it depends
+on (its stamp: `stamps.step_stamp`), on a GPU and in the CPU smoke mode (the same scripts with tiny shapes).
 
-Caps, on one H100 (none of these runs has been timed there yet: the caps leave room over the estimates): check
-7 min (its target is 5 at most; estimated 3-4, a cap that stops it would waste the call); train 7 min (bench-gpu,
-about 5); decode 5 min (about 3, one process per engine); each recipe piece 8 min (6 min of training once the data
-is prepared, about 1 min the first time). The recipe pieces write a `recipe_piece`
-record (updates, minutes, the validation curve) since one piece does not end a recipe, so no `bleu` record comes
-until `make recipe` has run a recipe to its end.
+Caps on one H100, none of them measured there yet (docs/gpu.md says how they were estimated): check 280 s, train
+120 s, decode 120 s, each recipe piece 270 s (3 minutes of training, then its save; data preparation and CUDA's
+start before it). With the grace of 10 s each, three calls of `--budget 7m` hold them all: check + train, decode +
+recipe-pre-ln, recipe-post-ln (with 130 s to spare for a retry). The recipe pieces write a `recipe_piece` record
+(updates, minutes, the validation curve): one piece does not end a recipe, so no `bleu` record comes until
+`make recipe` has run a recipe to its end.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer.benchmarks.stamps import ROOT, slug, today, write_json
+from transformer.benchmarks.stamps import ROOT, read_json, slug, today, write_json
 
 if TYPE_CHECKING:
     from transformer.benchmarks.gpu_report import Report
@@ -31,32 +31,60 @@ RECIPES = {"recipe-pre-ln": "configs/bible_es_en.yaml", "recipe-post-ln": "confi
 BASE_SHAPE = "base (6+6, d512, ff2048, V8000)"  # the name docs/results/decode_cpu_base_*.json use
 
 
+# What the steps run, for their stamps (stamps.dependency_stamp: files, folders or glob patterns of the checkout).
+CORE = ("transformer/*.py", "transformer/model", "transformer/data")
+LIBRARY = (*CORE, "transformer/training", "transformer/decoding", "transformer/commands")
+TRAIN_DEPENDS = (*CORE, "transformer/training", "transformer/decoding/export.py", "transformer/commands/cli.py",
+                 "scripts/bench_gpu.py", "scripts/benchmark.py", "configs/base.yaml", "configs/big.yaml")  # fmt: skip
+DECODE_DEPENDS = (*CORE, "transformer/decoding", "transformer/commands/cli.py", "transformer/benchmarks/decode.py",
+                  "scripts/benchmark.py", "configs/base.yaml", "configs/tiny.yaml")  # fmt: skip
+RECIPE_DEPENDS = (*LIBRARY, "scripts/run_recipe.py", "data/bible-es-en")
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
     cap: float  # seconds
     command: Callable[[Report], list[str]]  # built just before the step runs
     summary: Callable[[Report, str], list[Path]] | None = None  # records it writes after the run, given the status
-    stamp: Callable[[Report], Path] | None = None  # the check's own stamp: a passed one means nothing to run
+    depends: tuple[str, ...] = ()  # the files it runs, its configs and data: part of its stamp
+    packages: tuple[str, ...] = ()  # the packages it uses besides torch: their versions are part of its stamp
+    signature: str = ""  # the arguments that change what it measures: part of its stamp
+    adopt: Callable[[Report, str], dict | None] | None = None  # a record made outside the report that does for it
+    resumable: bool = False  # capped, it goes on from where it stopped when run again: run it again
 
 
 # ------------------------------------------------------------------------------------------------ check
 
 
-def _check_stamp(report: Report) -> Path:
-    from transformer.benchmarks.gpu_check import stamp_path
+def _check_record(report: Report) -> Path:
+    from transformer.benchmarks.gpu_check import record_path
 
-    return stamp_path(report.results / "gpu", report.device)
+    return record_path(report.results / "gpu", report.device)
 
 
 def _check(smoke: bool, cap: float) -> Step:
+    from transformer.benchmarks.gpu_check_runs import CHECK_DEPENDS, CHECK_PACKAGES, check_signature
+
     def command(report: Report) -> list[str]:
         smoke_flag = ["--cpu-smoke"] if smoke else []
         return [PY, "scripts/gpu_check.py", *smoke_flag, "--records", str(report.results / "gpu"), "--commit",
                 report.commit]  # fmt: skip
 
-    found = lambda report, status: [p for p in [_check_stamp(report)] if p.is_file()]  # noqa: E731
-    return Step("check", cap, command, summary=found, stamp=_check_stamp)
+    def summary(report: Report, status: str) -> list[Path]:
+        return [p for p in [_check_record(report)] if p.is_file()]
+
+    def adopt(report: Report, stamp: str) -> dict | None:
+        """gpu-check's own record, when it ran alone with this stamp and passed."""
+        record = read_json(_check_record(report))
+        if not record or record.get("stamp") != stamp or not record.get("passed"):
+            return None
+        path = _check_record(report)
+        return {"adopted": f"gpu-check passed alone ({path.name})", "records": [str(path)],
+                "seconds": record.get("seconds"), "command": record.get("command")}  # fmt: skip
+
+    signature = check_signature(smoke)
+    return Step("check", cap, command, summary, CHECK_DEPENDS, CHECK_PACKAGES, signature, adopt, resumable=True)
 
 
 # ------------------------------------------------------------------------------------------------ decode
@@ -117,7 +145,9 @@ def _decode(smoke: bool, cap: float) -> Step:
         return [PY, "scripts/benchmark.py", "decode", "--device", "cuda", "--config", "configs/base.yaml", "--forced",
                 "32", "--computes", "fp16", "--beams", "4,1", "--shape", BASE_SHAPE, *out]  # fmt: skip
 
-    return Step("decode", cap, command)
+    signature = "decode " + ("tiny cpu fp32" if smoke else f"{BASE_SHAPE} cuda fp16 beams 4,1 forced 32")
+    return Step("decode", cap, command, depends=DECODE_DEPENDS, packages=("transformers", "ctranslate2"),
+                signature=signature)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ recipes
@@ -157,7 +187,8 @@ def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], 
         write_json(path, record)
         return [path]
 
-    return Step(step, cap, command, summary=summary)
+    signature = " ".join([config, *overrides, *arguments])
+    return Step(step, cap, command, summary, (*RECIPE_DEPENDS, config), signature=signature)
 
 
 # ------------------------------------------------------------------------------------------------ the lists
@@ -166,8 +197,9 @@ def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], 
 def gpu_steps(docs: Path) -> list[Step]:
     """The report on a GPU: `make gpu-check`, `make bench-gpu`, the decode report, a piece of each recipe."""
     train = lambda report: [PY, "scripts/bench_gpu.py", "--out", str(report.results), "--docs", str(docs)]  # noqa: E731
-    recipes = [_recipe(step, config, [], ["--piece", "6m"], 480) for step, config in RECIPES.items()]
-    return [_check(False, 420), Step("train", 420, train), _decode(False, 300), *recipes]
+    recipes = [_recipe(step, config, [], ["--piece", "3m"], 270) for step, config in RECIPES.items()]
+    bench = Step("train", 120, train, depends=TRAIN_DEPENDS, packages=("transformers",), signature="bench-gpu base,big")
+    return [_check(False, 280), bench, _decode(False, 120), *recipes]
 
 
 def _smoke_train(report: Report) -> list[str]:
@@ -189,4 +221,5 @@ def smoke_steps(work: Path) -> list[Step]:
                      f"model.norm_first={norm_first}", "train.threads=1"]  # fmt: skip
         arguments = ["--name", name, "--piece", "0", "--piece-updates", "2"]
         recipes.append(_recipe(step, "configs/tiny.yaml", overrides, arguments, 120))
-    return [_check(True, 180), Step("train", 120, _smoke_train), _decode(True, 120), *recipes]
+    train = Step("train", 120, _smoke_train, depends=TRAIN_DEPENDS, signature="bench-gpu tiny cpu")
+    return [_check(True, 180), train, _decode(True, 120), *recipes]
