@@ -55,3 +55,5 @@ def test_token_embedding_scale_and_pad_row():
     out = emb(torch.tensor([[0, 5]]))
     assert out[0, 0].abs().sum() == 0
     torch.testing.assert_close(out[0, 1], emb.weight[5] * math.sqrt(64))
+    unscaled = TokenEmbedding(vocab_size=50, d_model=64, pad_id=0, scale=False)  # model.scale_embedding: false
+    torch.testing.assert_close(unscaled(torch.tensor([[5]]))[0, 0], unscaled.weight[5])

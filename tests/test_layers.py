@@ -38,7 +38,10 @@ def test_state_dict_keys_are_the_api():
     assert list(_layer(DecoderLayer, False).state_dict()) == decoder
 
 
-@pytest.mark.parametrize("activation, fn", [("relu", F.relu), ("gelu", F.gelu)])
+SWISH = lambda x: x * torch.sigmoid(x)  # noqa: E731  silu, HF Marian's "swish", written out
+
+
+@pytest.mark.parametrize("activation, fn", [("relu", F.relu), ("gelu", F.gelu), ("silu", SWISH)])
 def test_feed_forward_is_two_linear_maps_around_the_activation(activation, fn):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3), position by position."""
     torch.manual_seed(0)

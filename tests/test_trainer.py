@@ -140,10 +140,12 @@ def test_bad_config_is_one_line_exit_2(tmp_path, capsys):
     assert train_main(["--config", str(tmp_path / "missing.yaml")]) == 2
 
 
-def test_resume_refuses_another_vocabulary(tmp_path, capsys):
+def test_resume_keeps_the_checkpoints_tokenizer(tmp_path):
     assert train_main(_args(tmp_path, "run", "train.max_steps=2")) == 0
-    code = train_main(_args(tmp_path, "run", "train.max_steps=4", "data.vocab_size=200") + ["--resume"])
-    assert code == 2 and "vocabulary" in capsys.readouterr().err
+    before = load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["tokenizer"]
+    assert train_main(_args(tmp_path, "run", "train.max_steps=4", "data.vocab_size=200") + ["--resume"]) == 0
+    after = load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")
+    assert after["step"] == 4 and after["tokenizer"] == before and after["vocab"]["src"] == 300
 
 
 @pytest.mark.slow

@@ -60,13 +60,15 @@ class ModelConfig:
     dropout: float = 0.1  # P_drop on sub-layer outputs (before the residual add) and on embeddings + positions
     attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
     activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
-    activation: Literal["relu", "gelu"] = "relu"  # feed-forward non-linearity (paper: ReLU)
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # feed-forward non-linearity (paper: ReLU; silu = swish)
     norm_first: bool = False  # False: post-LN LayerNorm(x + Sublayer(x)) as the paper; True: pre-LN + final norm
     layer_norm_eps: float = 1e-5  # epsilon inside LayerNorm's sqrt(var + eps)
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # positional encoding (paper: sinusoidal)
     max_positions: int = 1024  # longest sequence, in tokens, the model accepts (source or target)
     share_embeddings: bool = True  # one embedding matrix for source and target (needs a joint vocabulary)
     tie_output: bool = True  # the pre-softmax projection reuses the target embedding matrix
+    scale_embedding: bool = True  # embeddings multiplied by sqrt(d_model) (paper: yes; some imported models: no)
+    output_bias: bool = False  # a bias on the pre-softmax layer (HF Marian's final_logits_bias; paper: none)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions"):
@@ -133,6 +135,9 @@ class DataConfig:
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
+    tokenizer: str | None = None  # an existing joint SentencePiece model file, used as it is (none trained)
+    src_tokenizer: str | None = None  # existing source and target SentencePiece models (both or neither),
+    tgt_tokenizer: str | None = None  # their pieces in one shared id table (the OPUS-MT layout)
 
     def __post_init__(self) -> None:
         _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
@@ -141,6 +146,10 @@ class DataConfig:
         _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        pair = "data.src_tokenizer and data.tgt_tokenizer go together (two models over one id table)"
+        _require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
+        one = "set data.tokenizer (one joint model) or data.src_tokenizer/tgt_tokenizer (two), not both"
+        _require(self.tokenizer is None or self.src_tokenizer is None, one)
         for name in ("train", "valid", "test"):
             split = getattr(self, name)
             ok = split is None or split.weight == 1.0
@@ -182,7 +191,8 @@ class TrainConfig:
     save_every_minutes: float = 0.0  # also checkpoint after this many minutes (0 = off)
     keep_last: int = 5  # numbered checkpoints to keep (the paper averages the last 5)
     nan_patience: int = 5  # abort after this many consecutive updates with a non-finite loss or gradient
-    init_from: str | None = None  # start a new run from this checkpoint's weights (e.g. an average), fresh optimizer
+    init_from: str | None = None  # start a new run from this checkpoint's weights and tokenizer (fine-tuning)
+    init_optimizer: bool = False  # with init_from: also take its optimizer state and update count (schedule)
     prepare_timeout: str = "6h"  # DDP: how long the other processes wait for rank 0 to prepare the data (duration)
     tensorboard: bool = False  # also log metrics to <out_dir>/tensorboard (needs the tensorboard package)
 
@@ -234,6 +244,7 @@ class DecodeConfig:
         _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
 
 
+TOKENIZER_FILES = ("tokenizer", "src_tokenizer", "tgt_tokenizer")  # DataConfig's SentencePiece model paths
 CHUNK_LINES = 1000  # input lines that transformer-translate and Translator.translate read (and sort) at a time
 
 
@@ -246,7 +257,8 @@ class Config:
 
     def __post_init__(self) -> None:
         one_vocabulary = "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)"
-        _require(not self.model.share_embeddings or self.data.joint_vocab, one_vocabulary)
+        one_table = self.data.joint_vocab or self.data.src_tokenizer is not None  # two models, one id table
+        _require(not self.model.share_embeddings or one_table, one_vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -323,6 +335,9 @@ def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, 
     if isinstance(tree.get("data"), dict):
         for name in ("train", "valid", "test"):
             resolve_split_paths(tree["data"].get(name), path.parent, path, SplitConfig.KINDS)
+        for name in TOKENIZER_FILES:  # existing SentencePiece models: relative to the file's folder, like the data
+            if isinstance(tree["data"].get(name), str):
+                tree["data"][name] = str(path.parent / Path(tree["data"][name]).expanduser())
     if (base := tree.pop("base", None)) is None:
         return tree
     _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")

@@ -57,9 +57,10 @@ def prepare_main(argv: list[str] | None = None) -> int:
     from transformer.config import load_config
     from transformer.data.coverage import unknown_report
     from transformer.data.prepare import prepare_data
+    from transformer.data.tokenizer import tokenizer_from_files
 
     config = load_config(args.config, args.overrides)
-    prepared = prepare_data(config)
+    prepared = prepare_data(config, tokenizer=tokenizer_from_files(config.data))
     tok = prepared.tokenizer
     vocab = f"{tok.src_vocab_size} joint" if tok.joint else f"{tok.src_vocab_size} source / {tok.tgt_vocab_size} target"
     print(f"vocabulary: {vocab} SentencePiece {config.data.spm_model_type} pieces")
@@ -90,9 +91,11 @@ def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
     args = build_parser("train", _config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
+    from transformer.training.setup import fine_tuning_config
     from transformer.training.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
+    config = config if args.resume else fine_tuning_config(args.config, args.overrides, config)
     if args.print_config:
         import yaml
 
@@ -272,6 +275,24 @@ def export_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _import_args(parser: argparse.ArgumentParser) -> None:
+    """The directory to import, its format and the checkpoint to write."""
+    parser.add_argument("directory", help="a MarianMTModel.save_pretrained directory with its tokenizer files")
+    parser.add_argument("--format", default="hf", choices=["hf"], help="what the directory holds")
+    parser.add_argument("--output", required=True, help="the checkpoint file to write")
+
+
+@user_errors_exit_2
+def import_main(argv: list[str] | None = None) -> int:
+    """transformer-import --format hf DIR --output CKPT"""
+    args = build_parser("import", _import_args).parse_args(argv)
+    from transformer.decoding.hf_import import import_checkpoint
+
+    summary = import_checkpoint(args.directory, args.output)
+    print(f"wrote {args.output}: {summary}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "prepare": prepare_main,
     "train": train_main,
@@ -280,6 +301,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "score": score_main,
     "average": average_main,
     "export": export_main,
+    "import": import_main,
 }
 
 

@@ -94,6 +94,13 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "  transformer-export --checkpoint runs/demo/checkpoint_last.pt --format ctranslate2 --output exported/ct2 "
         "--quantization int8",
     ),
+    "import": (
+        "turn a Hugging Face Marian (OPUS-MT) directory into a checkpoint",
+        "Read a MarianMTModel.save_pretrained directory and its tokenizer files (source.spm, target.spm, vocab.json, "
+        "tokenizer_config.json) and write a checkpoint that translates, evaluates, scores and fine-tunes like any "
+        "other (docs/importing.md).",
+        "  transformer-import --format hf opus-mt-es-en --output opus-mt-es-en.pt",
+    ),
 }
 
 

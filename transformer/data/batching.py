@@ -92,8 +92,10 @@ def bucket_length(length: int) -> int:
     return int(bucket_lengths(np.asarray([length]))[0])
 
 
-def collate(split: EncodedSplit, indices: Sequence[int], *, bucket: bool = False) -> Batch:
+def collate(split: EncodedSplit, indices: Sequence[int], *, bucket: bool = False, bos_id: int = BOS_ID) -> Batch:
     """Padded tensors for the pairs `indices` of `split`: src (B, S), tgt_in and tgt_out (B, T), all long.
+
+    bos_id: the decoder's first input (`Tokenizer.bos_id`: BOS, or the pad id for a model imported from Marian).
 
     bucket: pad both sides to one length, `bucket_length(max(S, T))` (S = T; `train.length_buckets`).
     """
@@ -110,7 +112,7 @@ def collate(split: EncodedSplit, indices: Sequence[int], *, bucket: bool = False
     src[row, col] = values
     values, row, col = tgt_values, tgt_row, tgt_col
     tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)  # (B, T)
-    tgt_in[:, 0] = BOS_ID
+    tgt_in[:, 0] = bos_id
     tgt_in[row, col + 1] = values
     tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_out[row, col] = values

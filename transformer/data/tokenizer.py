@@ -13,6 +13,9 @@ Special ids are fixed in every model trained here, so the model, the batches and
 Sequence conventions: `encode_src` returns pieces + EOS (what the encoder reads); `encode_tgt` returns the pieces
 only, and `transformer.data.batching.collate` builds `tgt_in` = BOS + pieces and `tgt_out` = pieces + EOS from them.
 A tokenizer is stored as raw model bytes (`to_bytes`), which is what checkpoints keep.
+
+SentencePiece models made elsewhere (`data.tokenizer`, `data.src_tokenizer` / `data.tgt_tokenizer`, or an
+imported OPUS-MT model) are used as they are, their pieces looked up in one id table (`piece_table.py`).
 """
 
 from __future__ import annotations
@@ -21,24 +24,26 @@ import io
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
+from transformer.data.piece_table import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, PieceTable, build_table
 from transformer.errors import UserError
-
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 
 log = logging.getLogger(__name__)
 
 
-def _load(model: bytes, side: str) -> spm.SentencePieceProcessor:
+def _load(model: bytes, side: str, own_ids: bool = True) -> spm.SentencePieceProcessor:
+    """A SentencePiece processor; own_ids: its special ids must be the project's (it numbers the pieces itself)."""
     processor = spm.SentencePieceProcessor()
     try:
         processor.LoadFromSerializedProto(model)
     except (RuntimeError, TypeError, OSError) as exc:
         raise UserError(f"the {side} SentencePiece model is not readable ({str(exc).strip()[:200]})") from None
+    if not own_ids:
+        return processor
     ids = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
     if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
         raise UserError(
@@ -85,15 +90,21 @@ class Tokenizer:
     """SentencePiece model(s): one joint model for both languages (the paper's shared vocabulary), or one per language.
 
     `src_model` and `tgt_model` are serialized SentencePiece models; `tgt_model=None` means one joint model.
+    `table`: the pieces of one shared id table (`piece_table.py`) when the models' own ids are not used; `bos_id`
+    is then the decoder's first input (2, or 0 for a model imported from Marian). `joint`: one id space.
     """
 
-    def __init__(self, src_model: bytes, tgt_model: bytes | None = None) -> None:
+    def __init__(
+        self, src_model: bytes, tgt_model: bytes | None = None, *, table: list[str] | None = None, bos_id: int = BOS_ID
+    ) -> None:
         self._src_model, self._tgt_model = bytes(src_model), None if tgt_model is None else bytes(tgt_model)
-        self._src = _load(self._src_model, "source" if tgt_model is not None else "joint")
-        self._tgt = self._src if tgt_model is None else _load(self._tgt_model, "target")
-        self.joint: bool = tgt_model is None
-        self.src_vocab_size: int = self._src.get_piece_size()
-        self.tgt_vocab_size: int = self._tgt.get_piece_size()
+        self.table = None if table is None else PieceTable(table, bos_id)
+        self._src = _load(self._src_model, "source" if tgt_model is not None else "joint", table is None)
+        self._tgt = self._src if tgt_model is None else _load(self._tgt_model, "target", table is None)
+        self.joint: bool = tgt_model is None or table is not None
+        self.bos_id: int = bos_id if table is not None else BOS_ID
+        self.src_vocab_size: int = len(self.table) if self.table else self._src.get_piece_size()
+        self.tgt_vocab_size: int = len(self.table) if self.table else self._tgt.get_piece_size()
 
     # ------------------------------------------------------------------------------------------ building
 
@@ -140,33 +151,41 @@ class Tokenizer:
 
     @classmethod
     def from_bytes(cls, blobs: dict) -> Tokenizer:
-        """Inverse of `to_bytes`: {"src": model bytes, "tgt": model bytes or None when joint}."""
+        """Inverse of `to_bytes`: {"src": model bytes, "tgt": model bytes or None when joint} (+ "table", "bos")."""
         if not isinstance(blobs, dict) or not isinstance(blobs.get("src"), (bytes, bytearray)):
             raise UserError("the stored tokenizer is not a {'src': bytes, 'tgt': bytes | None} mapping")
-        return cls(blobs["src"], blobs.get("tgt"))
+        return cls(blobs["src"], blobs.get("tgt"), table=blobs.get("table"), bos_id=blobs.get("bos", BOS_ID))
 
     def to_bytes(self) -> dict:
-        """{"src": bytes, "tgt": bytes | None}: plain bytes, safe for `torch.load(weights_only=True)`."""
-        return {"src": self._src_model, "tgt": self._tgt_model}
+        """{"src": bytes, "tgt": bytes | None} (+ "table": the id table's pieces, "bos": the decoder's first id,
+        when there is a table): plain data, safe for `torch.load(weights_only=True)`."""
+        blobs = {"src": self._src_model, "tgt": self._tgt_model}
+        return blobs if self.table is None else {**blobs, "table": list(self.table.pieces), "bos": self.bos_id}
 
-    def __getstate__(self) -> dict:  # pickled as model bytes (for `datasets.map(num_proc=...)` workers)
-        return self.to_bytes()
+    def pieces(self, side: str = "tgt") -> list[str]:
+        """Every piece of the `side` ("src" or "tgt") vocabulary, in id order: what two tokenizers compare."""
+        piece, size = (self.src_piece, self.src_vocab_size) if side == "src" else (self.tgt_piece, self.tgt_vocab_size)
+        return [piece(i) for i in range(size)]
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["src"], state["tgt"])
+    def __reduce__(self):  # pickled as model bytes (for `datasets.map(num_proc=...)` workers)
+        return Tokenizer.from_bytes, (self.to_bytes(),)
 
     def __repr__(self) -> str:
-        kind = "joint" if self.joint else "separate"
+        kind = "joint" if self.table is None and self.joint else "separate" if self.table is None else "table"
         return f"Tokenizer({kind}, src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size})"
 
     # ------------------------------------------------------------------------------------------ text <-> ids
 
     def encode_src(self, texts: list[str]) -> list[list[int]]:
         """Source sentences -> pieces + [EOS_ID], the encoder's input."""
+        if self.table is not None:
+            return self.table.encode(self._src, texts, eos=True)
         return self._src.encode(list(texts), out_type=int, add_eos=True)
 
     def encode_tgt(self, texts: list[str]) -> list[list[int]]:
         """Target sentences -> pieces only (no BOS/EOS; `collate` adds them)."""
+        if self.table is not None:
+            return self.table.encode(self._tgt, texts, eos=False)
         return self._tgt.encode(list(texts), out_type=int)
 
     def src_surfaces(self, texts: list[str]) -> list[list[str]]:
@@ -177,7 +196,8 @@ class Tokenizer:
     def unknown_characters(self, characters: Sequence[str], side: str) -> set[str]:
         """Those of `characters` that the `side` ("src" or "tgt") model writes as `<unk>` (none with byte fallback)."""
         model = self._src if side == "src" else self._tgt
-        return {c for c, ids in zip(characters, model.encode(list(characters), out_type=int)) if UNK_ID in ids}
+        unk = model.unk_id()  # its own id (a model used through an id table numbers its pieces its own way)
+        return {c for c, ids in zip(characters, model.encode(list(characters), out_type=int)) if unk in ids}
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Target ids -> text: stops at the first EOS and drops PAD and BOS (e.g. a beam hypothesis as a list)."""
@@ -186,13 +206,44 @@ class Tokenizer:
             row = [int(i) for i in row]
             if EOS_ID in row:
                 row = row[: row.index(EOS_ID)]
-            cleaned.append([i for i in row if i not in (PAD_ID, BOS_ID)])
+            cleaned.append([i for i in row if i not in (PAD_ID, self.bos_id)])
+        if self.table is not None:  # MarianTokenizer's decoding: special ids (UNK too) left out
+            return [self.table.decode(self._tgt, row) for row in cleaned]
         return self._tgt.decode(cleaned)
 
     def src_piece(self, token_id: int) -> str:
         """The source piece for an id (for debugging and tests)."""
-        return self._src.id_to_piece(int(token_id))
+        return self.table.pieces[int(token_id)] if self.table else self._src.id_to_piece(int(token_id))
 
     def tgt_piece(self, token_id: int) -> str:
         """The target piece for an id."""
-        return self._tgt.id_to_piece(int(token_id))
+        return self.table.pieces[int(token_id)] if self.table else self._tgt.id_to_piece(int(token_id))
+
+
+def read_model_file(path: str, what: str) -> bytes:
+    """The bytes of a SentencePiece model file named in a config (`what`: the setting), or a one-line error."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{what}: cannot read the SentencePiece model {path} ({exc.strerror or exc})") from None
+
+
+def tokenizer_from_files(data) -> Tokenizer | None:
+    """The tokenizer a `DataConfig` names with `tokenizer` (one joint model) or `src_tokenizer`/`tgt_tokenizer`
+    (two models, one id table), used as it is; None when it names none (then one is trained).
+
+    A joint model with the project's special ids (one from transformer-prepare) numbers the pieces itself; any
+    other model, and always a pair, goes through an id table of its pieces (`piece_table.build_table`).
+    """
+    if data.tokenizer is not None:
+        model = read_model_file(data.tokenizer, "data.tokenizer")
+        try:
+            return Tokenizer(model)
+        except UserError:  # other special ids: the model is used through a table of its pieces
+            return Tokenizer(model, table=build_table([_load(model, "joint", own_ids=False)]))
+    if data.src_tokenizer is None:
+        return None
+    src = read_model_file(data.src_tokenizer, "data.src_tokenizer")
+    tgt = read_model_file(data.tgt_tokenizer, "data.tgt_tokenizer")
+    table = build_table([_load(src, "source", own_ids=False), _load(tgt, "target", own_ids=False)])
+    return Tokenizer(src, tgt, table=table)

@@ -83,13 +83,13 @@ def pharaoh(links: Sequence[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in links)
 
 
-def teacher_forced_attention(model, src: torch.Tensor, targets: Sequence[Sequence[int]]):
+def teacher_forced_attention(model, src: torch.Tensor, targets: Sequence[Sequence[int]], bos_id: int = BOS_ID):
     """One teacher-forced pass with the attention weights: src (N, S) ids, targets N lists of ids (no BOS, no
     EOS) -> `AttentionWeights` over tgt_in = BOS + target, padded to T = longest + 1 (row t is the step that
     produced target piece t, row len(target) the one that produced EOS)."""
     T = max(len(ids) for ids in targets) + 1
     tgt_in = torch.full((len(targets), T), model.pad_id, dtype=torch.long)  # (N, T)
-    tgt_in[:, 0] = BOS_ID
+    tgt_in[:, 0] = bos_id
     for n, ids in enumerate(targets):
         tgt_in[n, 1 : len(ids) + 1] = torch.tensor(list(ids), dtype=torch.long)
     with torch.no_grad():
@@ -106,7 +106,7 @@ def align(
         return []
     rows = torch.tensor([b for b, _ in hypotheses], device=src.device)
     targets = [list(ids) for _, ids in hypotheses]
-    attention = teacher_forced_attention(model, src.index_select(0, rows), targets)
+    attention = teacher_forced_attention(model, src.index_select(0, rows), targets, tokenizer.bos_id)
     cross = attention.cross[layer].float().mean(dim=1).cpu()  # (N, T, S): the mean over heads
     sources = src.index_select(0, rows).tolist()
     links = []

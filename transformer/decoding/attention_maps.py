@@ -113,7 +113,7 @@ def attention_figures(
     the translation's pieces (no BOS, no EOS). Encoder layers first, then decoder self-, then cross-attention."""
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, S)
-    attention = teacher_forced_attention(model, src, [tgt_ids])
+    attention = teacher_forced_attention(model, src, [tgt_ids], tokenizer.bos_id)
     source = [tokenizer.src_piece(i) for i in src_ids]
     produced = [tokenizer.tgt_piece(i) for i in tgt_ids] + [tokenizer.tgt_piece(EOS_ID)]  # what each step produced
     inputs = ["<s>"] + produced[:-1]  # the decoder's input, BOS first

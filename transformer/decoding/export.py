@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ EXPORT_FILES = {  # what either format writes; a re-export may replace these
     "vocab.json", "source.spm", "target.spm", "model.bin", "shared_vocabulary.json", "source_vocabulary.json",
     "target_vocabulary.json",
 }  # fmt: skip
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}  # ours -> HF's activation_function
 INSTALL = "pip install 'transformer[export]' (or: pip install transformers ctranslate2)"
 
 
@@ -83,17 +84,17 @@ def check_hf(model_config) -> None:
         raise UserError(f"Marian and Pegasus use LayerNorm epsilon 1e-5; this model has {model_config.layer_norm_eps}")
 
 
-def _hf_config(model_config, vocab_size: int):
+def _hf_config(model_config, vocab_size: int, bos_id: int = BOS_ID):
     from transformers import MarianConfig, PegasusConfig
 
     c = model_config
     fields = dict(
         vocab_size=vocab_size, d_model=c.d_model, encoder_layers=c.n_encoder_layers,
         decoder_layers=c.n_decoder_layers, encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=c.activation, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=c.max_positions,
-        scale_embedding=True, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
+        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=HF_ACTIVATIONS[c.activation],
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=c.max_positions,
+        scale_embedding=c.scale_embedding, pad_token_id=PAD_ID, bos_token_id=bos_id, eos_token_id=EOS_ID,
+        decoder_start_token_id=bos_id, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
     )  # fmt: skip
     if c.norm_first:
         return PegasusConfig(**fields)
@@ -137,22 +138,24 @@ def hf_state_dict(model, norm_first: bool) -> dict[str, torch.Tensor]:
             out[f"model.{name}.layer_norm.weight"] = rows(stack.final_norm.weight)
             out[f"model.{name}.layer_norm.bias"] = rows(stack.final_norm.bias)
     out["lm_head.weight"] = cols(model.output_proj.weight)  # (V, D)
-    out["final_logits_bias"] = torch.zeros(1, model.output_proj.weight.size(0))
+    bias = model.output_proj.bias  # (V,) or None (the paper's)
+    out["final_logits_bias"] = torch.zeros(1, model.output_proj.weight.size(0)) if bias is None else plain(bias)[None]
     return out
 
 
-def _generation_config(decode, max_positions: int):
+def _generation_config(decode, max_positions: int, bos_id: int = BOS_ID):
     """Our decoding settings as far as `generate` expresses them (docs/decoding.md says what differs)."""
     from transformers import GenerationConfig
 
+    banned = [[PAD_ID]] + ([[bos_id]] if bos_id != PAD_ID else [])  # never generated, as in our search
     return GenerationConfig(
         num_beams=decode.beam_size, early_stopping=True, length_penalty=decode.alpha, max_new_tokens=max_positions - 1,
-        bad_words_ids=[[PAD_ID], [BOS_ID]], decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID,
+        bad_words_ids=banned, decoder_start_token_id=bos_id, bos_token_id=bos_id,
         eos_token_id=EOS_ID, pad_token_id=PAD_ID, forced_eos_token_id=None,
     )  # fmt: skip
 
 
-def hf_model_from_ours(model, config):
+def hf_model_from_ours(model, config, bos_id: int = BOS_ID):
     """The `MarianMTModel` (post-LN) or `PegasusForConditionalGeneration` (pre-LN) computing what `model` computes."""
     check_hf(config.model)
     try:
@@ -160,7 +163,7 @@ def hf_model_from_ours(model, config):
     except ImportError:
         raise UserError(f"--format hf needs Hugging Face transformers: {INSTALL}") from None
     hf_class = PegasusForConditionalGeneration if config.model.norm_first else MarianMTModel
-    hf_model = hf_class(_hf_config(config.model, model.output_proj.weight.size(0))).eval()
+    hf_model = hf_class(_hf_config(config.model, model.output_proj.weight.size(0), bos_id)).eval()
     missing, unexpected = hf_model.load_state_dict(hf_state_dict(model, config.model.norm_first), strict=False)
     missing = [k for k in missing if not k.endswith("embed_positions.weight")]
     if missing or unexpected:  # a transformers version with other names: refuse rather than export half a model
@@ -171,13 +174,13 @@ def hf_model_from_ours(model, config):
     theirs = hf_model.model.decoder.embed_positions.weight
     if not torch.allclose(ours, theirs, atol=1e-5):
         raise UserError("this transformers version's sinusoid table differs from the paper's; cannot export")
-    hf_model.generation_config = _generation_config(config.decode, config.model.max_positions)
+    hf_model.generation_config = _generation_config(config.decode, config.model.max_positions, bos_id)
     return hf_model
 
 
 def export_hf(model, tokenizer, config, output: Path) -> None:
     """Write a `from_pretrained` directory: config, safetensors weights, generation config, MarianTokenizer."""
-    hf_model = hf_model_from_ours(model, config)
+    hf_model = hf_model_from_ours(model, config, tokenizer.bos_id)
     from transformers import MarianTokenizer
 
     if config.decode.length_penalty != "fairseq":
@@ -191,8 +194,9 @@ def export_hf(model, tokenizer, config, output: Path) -> None:
         vocab.write_text(json.dumps({p: i for i, p in enumerate(_pieces(tokenizer, "tgt"))}, ensure_ascii=False))
         hf_tokenizer = MarianTokenizer(
             source_spm=str(src), target_spm=str(tgt), vocab=str(vocab), source_lang=config.data.src_lang,
-            target_lang=config.data.tgt_lang, unk_token=SPECIAL_PIECES[UNK_ID], eos_token=SPECIAL_PIECES[EOS_ID],
-            pad_token=SPECIAL_PIECES[PAD_ID], model_max_length=config.model.max_positions,
+            target_lang=config.data.tgt_lang, unk_token=tokenizer.tgt_piece(UNK_ID),
+            eos_token=tokenizer.tgt_piece(EOS_ID), pad_token=tokenizer.tgt_piece(PAD_ID),
+            model_max_length=config.model.max_positions,
         )  # fmt: skip
         hf_tokenizer.save_pretrained(output)
 
@@ -218,7 +222,7 @@ def _positions(stack, max_positions: int):
 
 
 def _set_stack(spec, stack, max_positions: int, norm_first: bool) -> None:
-    spec.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding
+    spec.scale_embeddings = stack.embedding.scale != 1.0  # x sqrt(d_model), as TokenEmbedding (model.scale_embedding)
     spec.position_encodings.encodings = _positions(stack, max_positions)
     if norm_first:
         _set_norm(spec.layer_norm, stack.final_norm)
@@ -241,7 +245,8 @@ def ctranslate2_spec(model, tokenizer, model_config):
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model_config
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[c.activation]
+    activations = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
+    activation = getattr(common_spec.Activation, activations[c.activation])
     spec = transformer_spec.TransformerSpec.from_config(
         (c.n_encoder_layers, c.n_decoder_layers), c.n_heads, pre_norm=c.norm_first, activation=activation
     )
@@ -254,8 +259,9 @@ def ctranslate2_spec(model, tokenizer, model_config):
     spec.register_target_vocabulary(_pieces(tokenizer, "tgt"))
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     spec.config.add_source_bos, spec.config.add_source_eos = False, False  # callers pass pieces + "</s>"
-    spec.config.bos_token, spec.config.eos_token = SPECIAL_PIECES[BOS_ID], SPECIAL_PIECES[EOS_ID]
-    spec.config.unk_token, spec.config.decoder_start_token = SPECIAL_PIECES[UNK_ID], SPECIAL_PIECES[BOS_ID]
+    spec.config.bos_token, spec.config.eos_token = tokenizer.tgt_piece(BOS_ID), tokenizer.tgt_piece(EOS_ID)
+    spec.config.unk_token = tokenizer.tgt_piece(UNK_ID)
+    spec.config.decoder_start_token = tokenizer.tgt_piece(getattr(tokenizer, "bos_id", BOS_ID))
     return spec
 
 

@@ -33,7 +33,7 @@ import torch
 
 from transformer.data.batching import Batch, build_batches, collate
 from transformer.data.prepare import EncodedSplit
-from transformer.data.tokenizer import EOS_ID
+from transformer.data.tokenizer import BOS_ID, EOS_ID
 from transformer.decoding.ensemble import mean_log_probs, members
 from transformer.errors import UserError
 from transformer.precision import autocast
@@ -91,7 +91,7 @@ def target_log_probs(model, batch: Batch, *, precision: str) -> torch.Tensor:
 
 def score_ids(
     model, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, max_tokens: int,
-    device: torch.device, precision: str, progress: Callable[[int], Any] | None = None,
+    device: torch.device, precision: str, progress: Callable[[int], Any] | None = None, bos_id: int = BOS_ID,
 ) -> list[Score]:  # fmt: skip
     """Sources as `encode_src` gives them (pieces + EOS), targets as `encode_tgt` does (pieces) -> one `Score`
     each, in input order. No truncation here: each side must fit the model's positions."""
@@ -102,7 +102,7 @@ def score_ids(
     scores: list[Score] = [Score(0.0, 0)] * len(split)
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         indices = order[start:end].tolist()
-        batch = collate(split, indices).to(device)
+        batch = collate(split, indices, bos_id=bos_id).to(device)
         token_log_probs = target_log_probs(model, batch, precision=precision).double()  # (N,)
         rows = batch.tgt_index // batch.tgt_out.size(1)  # (N,) each token's row in the batch
         sums = torch.zeros(len(indices), dtype=torch.float64, device=device).index_add_(0, rows, token_log_probs)
@@ -139,7 +139,8 @@ def score_texts(
     tgt = [_truncate(ids, limit - 1, i + 1, "target")
            for i, ids in zip(todo, tokenizer.encode_tgt([targets[i].strip() for i in todo]))]  # fmt: skip
     scores = [Score(0.0, 0) for _ in sources]
-    found = score_ids(model, src, tgt, max_tokens=max_tokens, device=device, precision=precision, progress=progress)
+    found = score_ids(model, src, tgt, max_tokens=max_tokens, device=device, precision=precision, progress=progress,
+                      bos_id=tokenizer.bos_id)  # fmt: skip
     for i, score in zip(todo, found):
         scores[i] = score
     return scores

@@ -29,7 +29,7 @@ import torch
 
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
-from transformer.data.tokenizer import BOS_ID, EOS_ID
+from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
@@ -149,8 +149,8 @@ class Translator:
         with autocast(self.precision, self.device):
             try:
                 controls = _controls(self.model, self.settings, src_mask, lines)
-                hypotheses = generate(self.model, src, src_mask, self.settings, bos_id=BOS_ID, eos_id=EOS_ID,
-                                      generator=self.generator, controls=controls)  # fmt: skip
+                hypotheses = generate(self.model, src, src_mask, self.settings, bos_id=self.tokenizer.bos_id,
+                                      eos_id=EOS_ID, generator=self.generator, controls=controls)  # fmt: skip
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
                 texts = self.tokenizer.decode_tgt([tokens for _, tokens in flat])

@@ -14,15 +14,17 @@ from torch import nn
 class TokenEmbedding(nn.Module):
     """Embedding lookup multiplied by sqrt(d_model) (section 3.4), initialised N(0, d_model^-0.5).
 
+    scale=False leaves out the sqrt(d_model) (an imported model trained without it; the paper has it).
+
     With that initialisation the scaled embeddings have unit variance, the same scale as the positional
     encodings they are added to, and the unscaled matrix is a sensible pre-softmax projection when tied.
     """
 
-    def __init__(self, *, vocab_size: int, d_model: int, pad_id: int) -> None:
+    def __init__(self, *, vocab_size: int, d_model: int, pad_id: int, scale: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.pad_id = pad_id
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from transformer.model.attention import AttentionWeights, MultiHeadAttention, step_attention
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
 class PositionwiseFeedForward(nn.Module):

@@ -108,7 +108,7 @@ class Transformer(nn.Module):
         self, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, d_model: int, n_heads: int, d_ff: int,
         n_encoder_layers: int, n_decoder_layers: int, dropout: float, attention_dropout: float,
         activation_dropout: float, activation: str, norm_first: bool, layer_norm_eps: float, positional: str,
-        max_positions: int, share_embeddings: bool, tie_output: bool,
+        max_positions: int, share_embeddings: bool, tie_output: bool, scale_embedding: bool, output_bias: bool,
     ) -> None:  # fmt: skip
         """Every setting is required here: ModelConfig (config.py) holds the defaults; see `from_config`."""
         super().__init__()
@@ -116,12 +116,9 @@ class Transformer(nn.Module):
             raise ValueError(f"share_embeddings needs one vocabulary, got {src_vocab_size} and {tgt_vocab_size}")
         self.pad_id = pad_id
         self.max_positions = max_positions
-        src_embedding = TokenEmbedding(vocab_size=src_vocab_size, d_model=d_model, pad_id=pad_id)
-        tgt_embedding = (
-            src_embedding
-            if share_embeddings
-            else TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
-        )
+        embedding = dict(d_model=d_model, pad_id=pad_id, scale=scale_embedding)
+        src_embedding = TokenEmbedding(vocab_size=src_vocab_size, **embedding)
+        tgt_embedding = src_embedding if share_embeddings else TokenEmbedding(vocab_size=tgt_vocab_size, **embedding)
         stack = dict(
             dropout=dropout, norm_first=norm_first, eps=layer_norm_eps, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
             attention_dropout=attention_dropout, activation_dropout=activation_dropout, activation=activation,
@@ -134,7 +131,7 @@ class Transformer(nn.Module):
             embedding=tgt_embedding, positional=_positional(positional, d_model, max_positions),
             n_layers=n_decoder_layers, **stack,
         )  # fmt: skip
-        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)  # bias: imported models only
         self._init_projections()
         if tie_output:
             self.output_proj.weight = tgt_embedding.weight  # softmax(h E^T): the pre-softmax layer is E

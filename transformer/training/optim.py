@@ -64,6 +64,7 @@ def batch_loss(model: nn.Module, batch, *, precision: str, epsilon: float, pad_i
     else the full logits through `label_smoothed_loss`. Both give the same value and gradient (tested).
     """
     device = batch.src.device
+    fused = fused and _unwrap(model).output_proj.bias is None  # the chunked loss has no output bias
     with autocast(precision, device):
         if not fused:
             logits = model(batch.src, batch.tgt_in)  # (B, T, V)

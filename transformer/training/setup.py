@@ -69,15 +69,44 @@ def setup_process(config: Config) -> tuple[int, int, torch.device, str]:
     return rank, world, device, precision
 
 
-def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool):
-    """Rank 0 trains the tokenizer and fills the cache while the others wait (with their own timeout, as this
-    can take longer than the process group's), then read it; evaluation splits lose pairs too long to fit."""
+def run_tokenizer(config: Config, resume: bool | str = False):
+    """The tokenizer a run encodes every split with: the checkpoint's own when resuming or fine-tuning
+    (train.init_from), else the SentencePiece model(s) that data.tokenizer / src_tokenizer / tgt_tokenizer name,
+    else None (prepare_data trains one). The data settings that shape a new tokenizer (vocab_size, spm_*,
+    character_coverage, the languages) do not apply to a checkpoint's; a named model that differs is refused."""
+    from transformer.data.tokenizer import Tokenizer, tokenizer_from_files
+
+    named = tokenizer_from_files(config.data)
+    path = (Path(config.train.out_dir) / "checkpoint_last.pt" if resume is True else resume) or config.train.init_from
+    if not path:
+        return named
+    parent = Tokenizer.from_bytes(load_checkpoint(path, mmap=True)["tokenizer"])
+    if named is not None and not same_pieces(named, parent):
+        files = config.data.tokenizer or f"{config.data.src_tokenizer} + {config.data.tgt_tokenizer}"
+        raise UserError(
+            f"data.tokenizer names {files} ({named!r}), but {path} was trained with another tokenizer "
+            f"({parent!r}); fine-tuning keeps the checkpoint's: remove the data.tokenizer setting(s)"
+        )
+    log.info("tokenizer: %s's own (%r); data.vocab_size, spm_* and the languages do not change it", path, parent)
+    return parent
+
+
+def same_pieces(a, b) -> bool:
+    """Whether two tokenizers give every id the same piece, on both sides, and start the decoder alike."""
+    return a.pieces("src") == b.pieces("src") and a.pieces("tgt") == b.pieces("tgt") and a.bos_id == b.bos_id
+
+
+def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool, resume: bool | str = False):
+    """Rank 0 trains the tokenizer (or takes the checkpoint's or the configured one: `run_tokenizer`) and fills
+    the cache while the others wait (with their own timeout, as this can take longer than the process group's),
+    then read it; evaluation splits lose pairs too long to fit."""
     from transformer.data.prepare import drop_longer, prepare_data
 
     group = prepare_group(parse_duration(config.train.prepare_timeout)) if world > 1 else None
-    data = prepare_data(config, progress=progress) if is_main else None
+    tokenizer = run_tokenizer(config, resume)
+    data = prepare_data(config, progress=progress, tokenizer=tokenizer) if is_main else None
     barrier(group)
-    data = data or prepare_data(config, progress=False)
+    data = data or prepare_data(config, progress=False, tokenizer=tokenizer)
     if "train" not in data.splits:
         raise UserError("the config has no data.train split to train on")
     for name in ("valid", "test"):
@@ -106,13 +135,44 @@ def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]
 
 
 def load_checked_weights(model, tokenizer, path: Path) -> dict[str, Any]:
-    """Load a checkpoint's weights into `model` after checking its vocabulary sizes; returns the checkpoint."""
+    """Load a checkpoint's weights into `model` after checking that its tokenizer gives every id the same piece as
+    `tokenizer` (equal sizes are not enough); returns the checkpoint."""
     from transformer.checkpoint import check_vocabulary
+    from transformer.data.tokenizer import Tokenizer
 
     state = load_checkpoint(path, map_location="cpu")
     check_vocabulary(state, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    if not same_pieces(Tokenizer.from_bytes(state["tokenizer"]), tokenizer):
+        raise UserError(f"{path} was trained with another tokenizer (its pieces differ from the run's, though the "
+                        "sizes agree); train from it with its own: train.init_from or --resume")  # fmt: skip
     load_weights(model, state["model"], str(path))
     return state
+
+
+def init_from(run: RunSetup, path: Path, with_optimizer: bool) -> dict[str, Any] | None:
+    """Fine-tuning: the parent's weights; with_optimizer (train.init_optimizer) also its optimizer state and update
+    count, so its schedule goes on (train.max_steps then counts from the parent's updates). Returns what
+    `Trainer` starts from (None: update 0)."""
+    state = load_checked_weights(run.model, run.data.tokenizer, path)
+    if not with_optimizer:
+        return None
+    if "optimizer" not in state:
+        raise UserError(f"train.init_optimizer: {path} holds no optimizer state (an average or best.pt); use a "
+                        "numbered checkpoint or checkpoint_last.pt, or set train.init_optimizer: false")  # fmt: skip
+    run.optimizer.load_state_dict(state["optimizer"])
+    log.info("fine-tuning from %s with its optimizer state, at update %d", path, state["step"])
+    return {"step": state["step"], "progress": {"best": None, "bad_validations": 0, "elapsed": 0.0}}
+
+
+def fine_tuning_config(path: str | None, overrides: list[str], config: Config) -> Config:
+    """Under train.init_from (not resuming), the model section defaults to the parent's (the file's own model keys,
+    e.g. dropout, still apply), so an imported model's settings need not be copied by hand."""
+    from transformer.config import from_dict, load_config
+
+    if not config.train.init_from:
+        return config
+    parent = load_checkpoint(config.train.init_from, mmap=True)["config"]
+    return load_config(path, overrides, base=from_dict({"model": parent.get("model", {})}))
 
 
 def resume_from(path: Path, run: RunSetup) -> dict[str, Any]:
@@ -158,7 +218,7 @@ def build_run(config: Config, *, resume: bool | str = False, progress: bool = Tr
 
     cfg = config.train
     rank, world, device, precision = setup_process(config)
-    data = prepare_run_data(config, world, rank == 0, progress and rank == 0)
+    data = prepare_run_data(config, world, rank == 0, progress and rank == 0, resume)
     sampler, accumulation = make_sampler(config, data, rank, world)
     model = Transformer.from_config(
         config.model, src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size,
@@ -170,7 +230,7 @@ def build_run(config: Config, *, resume: bool | str = False, progress: bool = Tr
     if resume:
         run.restored = resume_from(Path(cfg.out_dir) / "checkpoint_last.pt" if resume is True else Path(resume), run)
     elif cfg.init_from:
-        load_checked_weights(model, data.tokenizer, Path(cfg.init_from))
+        run.restored = init_from(run, Path(cfg.init_from), cfg.init_optimizer)
     if cfg.compile:
         run.net = torch.compile(run.net)
     if torch.distributed.is_initialized():  # under torchrun, even with one process

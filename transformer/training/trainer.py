@@ -47,7 +47,7 @@ def train_batches(data, sampler, cfg) -> Iterator:
     split = data.splits["train"]
     while not cfg.max_epochs or sampler.epoch < cfg.max_epochs:
         for indices in sampler:
-            yield sampler.state_dict(), collate(split, indices, bucket=cfg.length_buckets)
+            yield sampler.state_dict(), collate(split, indices, bucket=cfg.length_buckets, bos_id=data.tokenizer.bos_id)
 
 
 def count_due(cfg, step: int) -> bool:

@@ -44,7 +44,7 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
     split = data.splits["valid"]
     sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
                                 shuffle=False)  # fmt: skip
-    batches = (collate(split, indices).to(device) for indices in sampler)
+    batches = (collate(split, indices, bos_id=data.tokenizer.bos_id).to(device) for indices in sampler)
     loss, nll = evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
                               epsilon=config.train.label_smoothing)  # fmt: skip
     record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
