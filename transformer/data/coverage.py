@@ -12,7 +12,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformer.data.tokenizer import Tokenizer
+from transformer.data.tokenizer import UNK_ID, Tokenizer
+
+
+def unknown_characters(tokenizer: Tokenizer, characters: Sequence[str], side: str) -> set[str]:
+    """Those of `characters` that `tokenizer` writes as `<unk>` on `side` ("src" or "tgt"; none with byte fallback)."""
+    encode = tokenizer.encode_src if side == "src" else tokenizer.encode_tgt
+    return {c for c, ids in zip(characters, encode(list(characters))) if UNK_ID in ids}
 
 
 def unknown_share(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -23,7 +29,7 @@ def unknown_share(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str]) 
         counts = collections.Counter()
         for text in texts:
             counts.update(text)
-        unknown = tokenizer.unknown_characters([c for c in counts if not c.isspace()], side)
+        unknown = unknown_characters(tokenizer, [c for c in counts if not c.isspace()], side)
         total = sum(n for c, n in counts.items() if not c.isspace())
         hit = sum(1 for text in texts if unknown and not unknown.isdisjoint(text)) if unknown else 0
         share = sum(counts[c] for c in unknown) / max(total, 1)

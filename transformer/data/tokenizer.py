@@ -126,13 +126,12 @@ class Tokenizer:
 
         joint: one model on both languages (`input_sentences // 2` sentences sampled from each side), else one
         model per language with `vocab_size` pieces each (`input_sentences` sampled per side). 0 = all sentences.
-        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: a character
-        outside the vocabulary becomes its UTF-8 bytes (256 pieces of the vocabulary) instead of `<unk>`.
+        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: see `_train_model`.
         """
         if model_type not in ("bpe", "unigram"):
             raise UserError(f"SentencePiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
-        options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed,
-                       byte_fallback=byte_fallback)  # fmt: skip
+        options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed)
+        options["byte_fallback"] = byte_fallback
         rng = np.random.default_rng(seed)
         src, tgt = [t for t in src_texts if t], [t for t in tgt_texts if t]
         if not src or not tgt:
@@ -188,17 +187,6 @@ class Tokenizer:
             return self.table.encode(self._tgt, texts, eos=False)
         return self._tgt.encode(list(texts), out_type=int)
 
-    def src_surfaces(self, texts: list[str]) -> list[list[str]]:
-        """Source sentences -> the characters each of their pieces stands for (as `encode_src` cuts them, EOS left
-        out); an `<unk>` piece's are the unknown characters themselves."""
-        return [[piece.surface for piece in proto.pieces] for proto in self._src.encode(list(texts), out_type="proto")]
-
-    def unknown_characters(self, characters: Sequence[str], side: str) -> set[str]:
-        """Those of `characters` that the `side` ("src" or "tgt") model writes as `<unk>` (none with byte fallback)."""
-        model = self._src if side == "src" else self._tgt
-        unk = model.unk_id()  # its own id (a model used through an id table numbers its pieces its own way)
-        return {c for c, ids in zip(characters, model.encode(list(characters), out_type=int)) if unk in ids}
-
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Target ids -> text: stops at the first EOS and drops PAD and BOS (e.g. a beam hypothesis as a list)."""
         cleaned = []
@@ -218,6 +206,13 @@ class Tokenizer:
     def tgt_piece(self, token_id: int) -> str:
         """The target piece for an id."""
         return self.table.pieces[int(token_id)] if self.table else self._tgt.id_to_piece(int(token_id))
+
+
+def source_surfaces(tokenizer: Tokenizer, texts: list[str]) -> list[list[str]]:
+    """Source sentences -> the characters each of their pieces stands for (as `encode_src` cuts them, EOS left out);
+    an `<unk>` piece's are the unknown characters themselves."""
+    protos = tokenizer._src.encode(list(texts), out_type="proto")
+    return [[piece.surface for piece in proto.pieces] for proto in protos]
 
 
 def read_model_file(path: str, what: str) -> bytes:

@@ -29,7 +29,7 @@ import torch
 
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
-from transformer.data.tokenizer import EOS_ID
+from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
@@ -127,7 +127,7 @@ class Translator:
         encoded = [_truncate(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
         lengths = [len(ids) for ids in encoded]
         order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
-        surfaces = self.tokenizer.src_surfaces([chunk[i].strip() for i in todo]) if replace_unk else None
+        surfaces = source_surfaces(self.tokenizer, [chunk[i].strip() for i in todo]) if replace_unk else None
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
             lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]

@@ -61,7 +61,7 @@ def replace_unk(text: str, copies: Sequence[str]) -> str:
 def restore_unknown(model, tokenizer, src: torch.Tensor, flat, texts: Sequence[str], surfaces) -> list[str]:
     """texts of hypotheses `flat` (sentence index into src (B, S), target ids), each <unk> replaced by what it is
     aligned to in the last decoder layer of `model` (one `Transformer`); surfaces: per sentence, its source
-    pieces' characters (`Tokenizer.src_surfaces`)."""
+    pieces' characters (`tokenizer.source_surfaces`)."""
     picks = unk_sources(model, src, flat, layer=len(model.decoder.layers) - 1)
     out = []
     for (b, _), text, sources in zip(flat, texts, picks):
