@@ -24,7 +24,7 @@ from transformer.decoding.alignment import teacher_forced_attention, word_indice
 UNK_MARK = re.compile(" ?\u2047 ?")  # how SentencePiece's decode writes one <unk>: " ⁇ "
 
 
-def unk_sources(model, src: torch.Tensor, hypotheses: Sequence[tuple[int, Sequence[int]]], *, layer: int):
+def unk_sources(model, src: torch.Tensor, hypotheses: Sequence[tuple[int, Sequence[int]]], *, layer: int, bos_id: int):
     """For each hypothesis (sentence index into src (B, S), target ids without BOS and EOS): the source piece (its
     index, EOS excluded) that each of its `<unk>`s attends most in decoder layer `layer`, in order."""
     todo = [n for n, (_, ids) in enumerate(hypotheses) if UNK_ID in ids]
@@ -33,7 +33,7 @@ def unk_sources(model, src: torch.Tensor, hypotheses: Sequence[tuple[int, Sequen
         return found
     rows = torch.tensor([hypotheses[n][0] for n in todo], device=src.device)
     sources = src.index_select(0, rows)  # (N', S)
-    attention = teacher_forced_attention(model, sources, [hypotheses[n][1] for n in todo])
+    attention = teacher_forced_attention(model, sources, [hypotheses[n][1] for n in todo], bos_id)
     cross = attention.cross[layer].float().mean(dim=1).cpu()  # (N', T, S) the mean over heads
     real = (sources != model.pad_id).sum(dim=1).tolist()  # pieces + EOS per source
     for i, n in enumerate(todo):
@@ -62,7 +62,7 @@ def restore_unknown(model, tokenizer, src: torch.Tensor, flat, texts: Sequence[s
     """texts of hypotheses `flat` (sentence index into src (B, S), target ids), each <unk> replaced by what it is
     aligned to in the last decoder layer of `model` (one `Transformer`); surfaces: per sentence, its source
     pieces' characters (`tokenizer.source_surfaces`)."""
-    picks = unk_sources(model, src, flat, layer=len(model.decoder.layers) - 1)
+    picks = unk_sources(model, src, flat, layer=len(model.decoder.layers) - 1, bos_id=tokenizer.bos_id)
     out = []
     for (b, _), text, sources in zip(flat, texts, picks):
         if sources:
