@@ -58,3 +58,18 @@ def test_int8_quantizes_the_linear_layers(paths):
     assert "Linear" in kinds and not any(type(m) is torch.nn.Linear for m in t.model.modules())
     out = t.translate(["the cat sat", "a dog"])
     assert len(out) == 2 and all(isinstance(s, str) for s in out)
+
+
+def test_with_decode_equals_loading_with_those_settings_and_shares_the_model(paths):
+    lines = paths["src"].read_text(encoding="utf-8").splitlines()[:6]
+    base = Translator.from_checkpoint(paths["checkpoint"], device="cpu")
+    base.translate(lines[:1])
+    other = base.with_decode(beam_size=3, alpha=1.0, max_len_b=4)
+    loaded = Translator.from_checkpoint(paths["checkpoint"], device="cpu", beam_size=3, alpha=1.0, max_len_b=4)
+    assert other.translate(lines, nbest=2) == loaded.translate(lines, nbest=2)
+    assert other._engine(2).model is base._engine(1).model  # one packed CPU copy, not one per settings
+    assert base.config.decode.beam_size == 2 and other.config.decode.beam_size == 3  # the base is unchanged
+    with pytest.raises(UserError, match="beem_size"):
+        base.with_decode(beem_size=3)
+    with pytest.raises(UserError, match="beam_size"):
+        base.with_decode(beam_size=0)

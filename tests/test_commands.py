@@ -148,7 +148,9 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
     assert out.splitlines() == read_lines(tmp_path / "h")
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "translate", "evaluate", "score", "average", "export"])
+@pytest.mark.parametrize(
+    "command", ["prepare", "train", "translate", "evaluate", "score", "average", "export", "serve"]
+)
 def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
     from transformer.commands.cli import main
 

@@ -35,6 +35,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "transformer/bundled/configs/demo.yaml" in names and any(n.endswith("/licenses/LICENSE") for n in names)
     assert "transformer/bundled/data/bible-es-en/train.tsv.xz" in names and wheel.stat().st_size < 3_000_000
+    assert "transformer/serving/page.html" in names  # transformer-serve's page travels with the package
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)

@@ -30,6 +30,7 @@ ALLOWED = {
         "transformer.checkpoint",
         "transformer.evaluation",
     },  # fmt: skip
+    "serving": SHARED | {"transformer.api", "transformer.decoding", "transformer.data", "transformer.model"},
 }
 # The stdlib names the model's files may import besides torch and math: annotations only.
 ANNOTATIONS = {"__future__", "collections.abc", "typing"}
@@ -97,6 +98,16 @@ def test_the_library_imports_neither_the_commands_nor_the_benchmarks():
         for line, name in _imports(path):
             bad = _within(name, {"transformer.commands", "transformer.benchmarks"})
             assert not bad, f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+
+
+def test_only_the_commands_and_the_benchmarks_import_the_server():
+    """The HTTP server is an optional extra (FastAPI, uvicorn): the core never imports it."""
+    for path in MODULES:
+        module = _module_name(path)
+        if _within(module, {"transformer.serving", "transformer.commands", "transformer.benchmarks"}):
+            continue
+        for line, name in _imports(path):
+            assert not _within(name, {"transformer.serving"}), f"{path.relative_to(PACKAGE)}:{line} imports {name}"
 
 
 def test_no_function_over_40_lines_and_no_class_over_120():

@@ -35,6 +35,13 @@ COVERED_ELSEWHERE = {  # command -> (the file that runs it, how)
     "make demo": ("tests/test_demo.py", "runs scripts/demo.py, what `make demo` runs after setup, on the tiny config"),
     "make test": (".ci/run", "runs `make test` on every CI build, from a clean clone"),
     'pip install -e ".[dev,plot]"': (".ci/run", "`make test` runs `make setup-dev`, which runs this pip install"),
+    'pip install -e ".[serve]"': (
+        ".ci/run",
+        "the dev extra that `make test` installs holds the serve extra's packages",
+    ),
+    "transformer-serve --checkpoint CKPT": ("tests/test_serving.py", "starts the real server and talks HTTP to it"),
+    'curl -s localhost:5000/translate -H \'Content-Type: application/json\' -d \'{"q": "Hola.", "source": "es", '
+    '"target": "en"}\'': ("tests/test_serving.py", "sends this request (test_the_readme_curl_request)"),
 }
 PLACEHOLDERS = {"CKPT": "runs/demo/checkpoint_last.pt"}  # the README says what each stands for
 SHELL_OPERATORS = {"&&", "||", ";", ">>", "<", "2>", "&"}  # tokens the small shell below does not run

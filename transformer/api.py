@@ -8,6 +8,7 @@
     t.translate(["Hola amigo."], prefix=["Hello"], constraints=[["friend"]])  # steered (decoding/steering.py)
     t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
+    t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -28,7 +29,7 @@ import torch
 
 from transformer.decoding.cpu_linear import quantize_int8
 from transformer.decoding.scoring import Score
-from transformer.decoding.translator import Translation
+from transformer.decoding.translator import Translation, with_settings
 from transformer.decoding.translator import Translator as _Engine
 from transformer.errors import UserError
 
@@ -40,6 +41,15 @@ class Translator:
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.device, self.precision = device, precision
         self._engines: dict[int, _Engine] = {}
+        self._shared: dict[str, _Engine] = {}  # the first engine built, shared with `with_decode`'s translators
+
+    def with_decode(self, **decode: object) -> Translator:
+        """This translator with `decode` keywords replacing decoding settings (beam_size, alpha, max_len_b, ...),
+        validated as in `from_checkpoint`; the model, and its packed CPU copy, are shared, not copied."""
+        other = Translator(self.model, self.tokenizer, _with_decode(self.config, decode), device=self.device,
+                           precision=self.precision)  # fmt: skip
+        other._shared = self._shared
+        return other
 
     @classmethod
     def from_checkpoint(
@@ -53,11 +63,7 @@ class Translator:
 
         device = pick_device(str(device))
         model, tokenizer, config = load_models([path] if isinstance(path, (str, Path)) else path, "cpu")
-        unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(config.decode)})
-        if unknown:
-            raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; see DecodeConfig in config.py")
-        if decode:
-            config = config.replace("decode", **decode)
+        config = _with_decode(config, decode)
         if int8:
             if device.type != "cpu":
                 raise UserError("int8=True is PyTorch's CPU dynamic quantization; use device='cpu'")
@@ -72,9 +78,11 @@ class Translator:
                     f"nbest {nbest} needs beam_size >= {nbest} (it is {beam}): from_checkpoint(beam_size=...)"
                 )
             decode = dataclasses.replace(self.config.decode, nbest=nbest)
-            self._engines[nbest] = _Engine(
-                self.model, self.tokenizer, decode, device=self.device, precision=self.precision
-            )
+            if "engine" not in self._shared:
+                self._shared["engine"] = _Engine(
+                    self.model, self.tokenizer, decode, device=self.device, precision=self.precision
+                )
+            self._engines[nbest] = with_settings(self._shared["engine"], decode)
         return self._engines[nbest]
 
     def translate(
@@ -108,3 +116,11 @@ class Translator:
         `per_token` and `ppl` (scoring.py; an empty source is not scored: tokens 0)."""
         sources, targets = ([x] if isinstance(x, str) else list(x) for x in (sources, targets))
         return self._engine(1).score(sources, targets)
+
+
+def _with_decode(config, decode: dict[str, object]):
+    """`config` with its decode section's fields replaced by `decode` (validated; unknown names refused)."""
+    unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(config.decode)})
+    if unknown:
+        raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; see DecodeConfig in config.py")
+    return config.replace("decode", **decode) if decode else config

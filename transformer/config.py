@@ -244,6 +244,31 @@ class DecodeConfig:
         _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """transformer-serve's settings (docs/serving.md), each overridden by the flag of the same name."""
+
+    host: str = "127.0.0.1"  # the address to listen on: loopback only unless told otherwise
+    port: int = 5000  # TCP port (0: a free one, printed at start)
+    max_body_bytes: int = 1 << 20  # request body size in bytes; larger: 413
+    max_lines: int = 128  # lines per request (q's items and the lines within them); more: 400
+    max_chars: int = 5000  # characters per line; more: 400
+    batch_wait_ms: float = 5.0  # how long the first waiting request gathers others before they are decoded, ms
+    batch_tokens: int = 4000  # source tokens that end the gathering at once (one decoding call's work)
+    queue_lines: int = 512  # lines admitted and not yet answered; a request past it gets 503 with Retry-After
+    retry_after_s: int = 1  # the Retry-After of a 503, seconds
+    max_beam: int = 16  # the largest beam_size (and nbest) a request may ask for
+    max_len_a: float = 4.0  # the largest max_len_a a request may ask for
+    max_len_b: int = 512  # the largest max_len_b a request may ask for
+
+    def __post_init__(self) -> None:
+        positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
+        _require(min(positive) > 0, "serve limits (body, lines, chars, batch tokens, queue) must be positive")
+        _require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
+        _require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
+        _require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
+
+
 TOKENIZER_FILES = ("tokenizer", "src_tokenizer", "tgt_tokenizer")  # DataConfig's SentencePiece model paths
 CHUNK_LINES = 1000  # input lines that transformer-translate and Translator.translate read (and sort) at a time
 

@@ -6,6 +6,7 @@ Every command turns a `UserError` into one line on stderr and exit code 2, with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import sys
@@ -293,6 +294,58 @@ def import_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _serve_args(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint(s), where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
+    from transformer.config import ServeConfig
+
+    parser.add_argument("--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: "
+                        "an ensemble")  # fmt: skip
+    parser.add_argument("--api-keys", metavar="FILE", help="require an api_key field, one of FILE's lines")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--precision", choices=PRECISIONS, help="autocast; default: the checkpoint's decode.precision")
+    parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
+    kinds = {"host": str, "port": int, "batch_wait_ms": float, "max_len_a": float}
+    for name, value in dataclasses.asdict(ServeConfig()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds.get(name, int), default=value,
+                            help=SERVE_HELP.get(name, name.replace("_", " ")))  # fmt: skip
+
+
+SERVE_HELP = {
+    "host": "address to listen on (127.0.0.1: this machine only)",
+    "port": "TCP port (0: a free one, printed at start)",
+    "max_body_bytes": "largest request body (413 past it)",
+    "max_lines": "most lines per request (400 past it)",
+    "max_chars": "most characters per line (400 past it)",
+    "batch_wait_ms": "how long a waiting request gathers others before decoding",
+    "batch_tokens": "source tokens that end the gathering at once",
+    "queue_lines": "lines admitted and unanswered before requests get 503 + Retry-After",
+    "retry_after_s": "the Retry-After of a 503, seconds",
+    "max_beam": "largest beam_size/nbest a request may ask for",
+    "max_len_a": "largest max_len_a a request may ask for",
+    "max_len_b": "largest max_len_b a request may ask for",
+}
+
+
+@user_errors_exit_2
+def serve_main(argv: list[str] | None = None) -> int:
+    """transformer-serve --checkpoint CKPT [CKPT ...] [--host 127.0.0.1] [--port 5000] [--api-keys FILE]"""
+    args = build_parser("serve", _serve_args).parse_args(argv)
+    from transformer.config import ServeConfig
+
+    try:
+        from transformer.serving.server import serve
+    except ImportError as exc:
+        raise UserError(f"transformer-serve needs the serve extra ({exc.name} is missing): pip install "
+                        "'transformer[serve]' (in a checkout: pip install -e '.[serve]')") from None  # fmt: skip
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)}
+    return serve(args.checkpoint, ServeConfig(**fields), keys_file=args.api_keys, device=args.device,
+                 precision=args.precision)  # fmt: skip
+
+
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "prepare": prepare_main,
     "train": train_main,
@@ -302,6 +355,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "average": average_main,
     "export": export_main,
     "import": import_main,
+    "serve": serve_main,
 }
 
 

@@ -101,6 +101,16 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "other (docs/importing.md).",
         "  transformer-import --format hf opus-mt-es-en --output opus-mt-es-en.pt",
     ),
+    "serve": (
+        "serve translations over HTTP (LibreTranslate's API, a native API, a page)",
+        "Serve a checkpoint (several: an ensemble) over HTTP: LibreTranslate's POST /translate and /languages, the "
+        "native POST /api/translate (n-best, scores, alignments, search settings), a page at /, GET /health and "
+        "GET /metrics. Concurrent requests are decoded together. Needs the serve extra (docs/serving.md).",
+        "  transformer-serve --checkpoint runs/demo/checkpoint_last.pt\n"
+        "  transformer-serve --checkpoint a.pt b.pt --port 8080 --api-keys keys.txt\n"
+        "  curl -s localhost:5000/translate -H 'Content-Type: application/json' "
+        '-d \'{"q": "Hola.", "source": "es", "target": "en"}\'',
+    ),
 }
 
 

@@ -19,6 +19,7 @@ Decisions:
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -210,3 +211,11 @@ def _out_of_memory(settings: DecodeConfig, exc: BaseException, *, sentences: int
         return out_of_memory(exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu")
     return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
                          f"{limit // 2}")  # fmt: skip
+
+
+def with_settings(translator: Translator, decode: DecodeConfig, *, seed: int = 1) -> Translator:
+    """`translator` with other decoding settings, sharing its model (and the model's packed CPU copy)."""
+    other = copy.copy(translator)
+    other.settings = decode
+    other.generator = torch.Generator(device=translator.device).manual_seed(seed) if decode.sampling else None
+    return other

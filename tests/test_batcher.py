@@ -1,0 +1,154 @@
+"""Batching across requests (transformer/serving/batcher.py), with a scripted decode function: what is decoded
+together, what each job gets back, the bounded queue, errors, and the drain on close."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from transformer.serving.batcher import Batcher, Job
+
+
+class Recorder:
+    """decode(key, lines, controls) -> each line upper-cased with the key; the calls kept."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.calls: list[tuple[object, list[str], dict]] = []
+        self.gate = gate
+
+    def __call__(self, key, lines, controls):
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.calls.append((key, list(lines), controls))
+        if any(line == "boom" for line in lines):
+            raise RuntimeError("the model failed")
+        return [f"{key}:{line.upper()}" for line in lines]
+
+
+def job(lines, key="k", tokens=None, controls=None):
+    box, done = {}, threading.Event()
+
+    def deliver(value):
+        box["value"] = value
+        done.set()
+
+    made = Job(list(lines), key, len(lines) if tokens is None else tokens, deliver, controls or {})
+    made.result = lambda: (done.wait(10), box["value"])[1]
+    return made
+
+
+def test_jobs_waiting_together_are_decoded_in_one_call_each_getting_its_own_lines_in_order():
+    decode = Recorder(threading.Event())
+    batcher = Batcher(decode, wait_s=0.2, max_tokens=1000, capacity=100)
+    jobs = [job(["a", "b"]), job(["c"]), job(["d", "e", "f"])]
+    for j in jobs:
+        assert batcher.submit(j)
+    batcher.start()
+    decode.gate.set()
+    assert [j.result() for j in jobs] == [["k:A", "k:B"], ["k:C"], ["k:D", "k:E", "k:F"]]
+    assert [lines for _, lines, _ in decode.calls] == [["a", "b", "c", "d", "e", "f"]]
+    batcher.close()
+
+
+def test_different_settings_are_decoded_apart_and_controls_joined_per_group():
+    decode = Recorder(threading.Event())
+    batcher = Batcher(decode, wait_s=0.2, max_tokens=1000, capacity=100)
+    jobs = [
+        job(["a"], "x", controls={"prefix": ["p"]}),
+        job(["b"], "y"),
+        job(["c", "d"], "x", controls={"prefix": ["q", "r"]}),
+    ]
+    for j in jobs:
+        batcher.submit(j)
+    batcher.start()
+    decode.gate.set()
+    assert [j.result() for j in jobs] == [["x:A"], ["y:B"], ["x:C", "x:D"]]
+    assert decode.calls == [("x", ["a", "c", "d"], {"prefix": ["p", "q", "r"]}), ("y", ["b"], {})]
+    batcher.close()
+
+
+def test_the_token_budget_ends_the_gathering_and_splits_what_waits():
+    decode = Recorder(threading.Event())
+    batcher = Batcher(decode, wait_s=5.0, max_tokens=10, capacity=100)  # 5 s: only the budget can end it early
+    jobs = [job(["a"], tokens=6), job(["b"], tokens=6), job(["c"], tokens=3)]
+    for j in jobs:
+        batcher.submit(j)
+    batcher.start()
+    decode.gate.set()
+    assert jobs[0].result() == ["k:A"]  # at once: 15 tokens waited, past the budget
+    batcher.close()  # b and c (9 tokens) would gather for 5 s: closing ends that
+    assert [j.result() for j in jobs[1:]] == [["k:B"], ["k:C"]]
+    assert [lines for _, lines, _ in decode.calls] == [["a"], ["b", "c"]]  # 6 + 6 > 10: b waited for the next call
+
+
+def test_the_queue_is_bounded_by_lines_admitted_and_frees_as_jobs_are_answered():
+    gate = threading.Event()
+    batcher = Batcher(Recorder(gate), wait_s=0.0, max_tokens=1000, capacity=3)
+    batcher.start()
+    first, second = job(["a", "b"]), job(["c"])
+    assert batcher.submit(first) and batcher.submit(second)
+    assert batcher.queued_lines == 3
+    assert not batcher.submit(job(["d"]))  # full: refused, nothing queued
+    gate.set()
+    first.result(), second.result()
+    assert batcher.queued_lines == 0 and batcher.submit(later := job(["d"]))
+    assert later.result() == ["k:D"]
+    batcher.close()
+
+
+def test_a_job_larger_than_the_queue_is_admitted_alone():
+    batcher = Batcher(Recorder(), wait_s=0.0, max_tokens=1000, capacity=2)
+    big = job(["a", "b", "c"])
+    assert batcher.submit(big)
+    assert not batcher.submit(job(["d"]))
+    batcher.start()
+    assert big.result() == ["k:A", "k:B", "k:C"]
+    batcher.close()
+
+
+def test_an_error_goes_to_every_job_of_its_call_and_the_worker_goes_on():
+    decode = Recorder(threading.Event())
+    batcher = Batcher(decode, wait_s=0.2, max_tokens=1000, capacity=100)
+    failing, beside = job(["boom"]), job(["x"])
+    batcher.submit(failing), batcher.submit(beside)
+    batcher.start()
+    decode.gate.set()
+    assert isinstance(failing.result(), RuntimeError) and isinstance(beside.result(), RuntimeError)
+    assert batcher.submit(after := job(["y"])) and after.result() == ["k:Y"]
+    assert batcher.queued_lines == 0
+    batcher.close()
+
+
+def test_close_decodes_what_was_admitted_then_refuses():
+    batcher = Batcher(Recorder(), wait_s=10.0, max_tokens=1000, capacity=100)  # would gather for 10 s
+    jobs = [job([str(i)]) for i in range(5)]
+    for j in jobs:
+        batcher.submit(j)
+    batcher.start()
+    batcher.close(timeout=5)
+    assert [j.result() for j in jobs] == [[f"k:{i}"] for i in range(5)]
+    assert not batcher.submit(job(["late"]))
+
+
+@pytest.mark.parametrize("threads", [8])
+def test_concurrent_submitters_each_get_their_own_lines(threads):
+    batcher = Batcher(Recorder(), wait_s=0.01, max_tokens=50, capacity=1000)
+    batcher.start()
+    results = {}
+
+    def client(n):
+        mine = [job([f"t{n}l{i}" for i in range(n % 3 + 1)]) for _ in range(20)]
+        for j in mine:
+            assert batcher.submit(j)
+        results[n] = [j.result() for j in mine]
+
+    workers = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    for n, got in results.items():
+        assert got == [[f"k:T{n}L{i}" for i in range(n % 3 + 1)]] * 20
+    assert len(results) == threads
+    batcher.close()

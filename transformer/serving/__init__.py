@@ -1,0 +1,7 @@
+"""Serving translations over HTTP (transformer-serve; the `serve` extra: FastAPI, uvicorn, python-multipart).
+
+requests (bodies and limits), html_text (format: html), libretranslate (LibreTranslate's API), native (the native
+API), engine (the model with per-request settings), batcher (requests decoded together), metrics, app (the routes),
+server (the process), page.html (the page at /). May import the Python API (api.py), decoding, data, config and the
+shared modules; nothing in the library imports this package (only commands/cli.py, when transformer-serve runs).
+"""

@@ -1,0 +1,95 @@
+"""The model behind the server: one `Translator` (one model or an ensemble), decoded with each request's settings.
+
+Requests may change the search (beam size, length penalty, lengths, n-best, alignments) within the server's limits;
+`Translator.with_decode` gives a translator with those settings over the same model, and the last few such
+translators are kept (`VARIANTS`). Search controls that take one value per line (`CONTROLS`: prefix, constraints)
+and switches (`OPTIONS`: replace_unk) pass through to `Translator.translate` as keyword arguments when this
+version's `translate` accepts them (`Engine.supports`); otherwise a request naming one is refused. The model is used
+by one thread at a time (`lock`): the batcher's worker, or an attention request.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from transformer.data.tokenizer import EOS_ID
+from transformer.decoding.alignment import resolve_layer
+from transformer.decoding.attention_maps import attention_figures
+from transformer.errors import UserError
+
+CONTROLS = ("prefix", "constraints")  # per-line search controls passed through to Translator.translate
+OPTIONS = ("replace_unk",)  # per-request switches (true/false) passed through to Translator.translate
+VARIANTS = 16  # translators with other settings kept (they share the model; each holds only its settings)
+ATTENTION_PIECES = 60  # rows and columns of an attention answer (attention_maps.py caps and sums past this)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a request's lines are decoded with; requests with equal settings are decoded together."""
+
+    decode: tuple[tuple[str, Any], ...] = ()  # (DecodeConfig field, value) pairs replaced, sorted by name
+    nbest: int = 1  # hypotheses per line
+    alignment: bool = False  # word alignments for each hypothesis
+    alignment_layer: int | None = None  # the decoder layer they are read from (None: the last)
+    controls: tuple[str, ...] = ()  # the per-line controls given (names from CONTROLS)
+    options: tuple[tuple[str, bool], ...] = ()  # (name from OPTIONS, value) pairs given
+
+
+class Engine:
+    """Decodes lines with `Settings` (from the batcher's thread) and draws one sentence's attention."""
+
+    def __init__(self, translator) -> None:
+        self.translator = translator
+        self.tokenizer = translator.tokenizer
+        self.defaults = translator.config.decode
+        self.languages = (translator.config.data.src_lang, translator.config.data.tgt_lang)
+        self.attends = hasattr(translator.model, "decoder")  # one model: alignments and attention; an ensemble: not
+        self.lock = threading.Lock()
+        self._variants: OrderedDict[tuple, Any] = OrderedDict()
+
+    def supports(self, control: str) -> bool:
+        """Whether this version's Translator.translate takes `control` (prefix=, constraints=, replace_unk=)."""
+        return control in inspect.signature(self.translator.translate).parameters
+
+    def count_tokens(self, lines: list[str]) -> int:
+        """Source tokens (pieces + EOS) of the non-empty lines: the gathering's budget counts these."""
+        kept = [line.strip() for line in lines if line.strip()]
+        return sum(len(ids) for ids in self.tokenizer.encode_src(kept)) if kept else 0
+
+    def decode(self, settings: Settings, lines: list[str], controls: dict[str, list]) -> list[list]:
+        """One list of `Translation`s (best first, `settings.nbest` long at most) per line, in order."""
+        translator = self._variant(settings.decode)
+        with self.lock:
+            return translator.translate(
+                lines, nbest=settings.nbest, alignment=settings.alignment,
+                alignment_layer=settings.alignment_layer, **controls, **dict(settings.options),
+            )  # fmt: skip
+
+    def _variant(self, decode: tuple[tuple[str, Any], ...]):
+        if decode not in self._variants:
+            self._variants[decode] = self.translator.with_decode(**dict(decode)) if decode else self.translator
+            if len(self._variants) > VARIANTS:
+                self._variants.popitem(last=False)
+        self._variants.move_to_end(decode)
+        return self._variants[decode]
+
+    def attention(self, text: str, tokens: list[int], layer: int | None) -> dict:
+        """The cross-attention (mean over heads) of decoder layer `layer` (None: the last) for source `text` and
+        its translation's `tokens`: {"layer", "rows" (target pieces, then </s>), "columns" (source pieces, then
+        </s>), "weights" (rows x columns, each row summing to 1)}."""
+        model = self.translator.model
+        if not self.attends:
+            raise UserError("attention is read from one model's layers; this server decodes with an ensemble")
+        layer = resolve_layer(layer, len(model.decoder.layers))
+        src_ids = self.tokenizer.encode_src([text.strip()])[0]
+        if len(src_ids) > model.max_positions:  # truncated as the translator truncates
+            src_ids = src_ids[: model.max_positions - 1] + [EOS_ID]
+        with self.lock:
+            figures = attention_figures(model, self.tokenizer, src_ids, tokens, max_pieces=ATTENTION_PIECES)
+        panel = next(f for f in figures if f.name == f"cross_layer{layer}").panels[0]  # the mean over heads
+        weights = [[round(float(w), 4) for w in row] for row in panel.weights.tolist()]
+        return {"layer": layer, "rows": panel.rows, "columns": panel.columns, "weights": weights}

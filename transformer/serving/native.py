@@ -1,0 +1,141 @@
+"""The native API, POST /api/translate: what the Python API offers, within the server's limits.
+
+Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newlines inside), and optionally
+`beam_size`, `nbest`, `alpha`, `length_penalty`, `max_len_a`, `max_len_b`, `min_len` (DecodeConfig's fields, each
+within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
+controls of engine.CONTROLS where the Translator supports them (`prefix`: one string per line, "" for none;
+`constraints`: one list of strings per line, [] for none), `replace_unk` (true/false, likewise), and `api_key`.
+Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
+`{"text", "score", "log_prob", "tokens"}` (the number of output pieces) and, with `alignment`, `"alignment":
+[[source word, target word], ...]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from transformer.config import DecodeConfig, choices
+from transformer.serving.engine import CONTROLS, OPTIONS, Settings
+from transformer.serving.requests import ApiError, check_lines, short
+
+SEARCH = ("beam_size", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len")  # DecodeConfig fields
+FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS, *OPTIONS)
+ENTRY = {  # what one line's entry of each control is
+    "prefix": ("a string", lambda v: isinstance(v, str)),
+    "constraints": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+MAX_ALPHA = 10.0  # the largest length-penalty exponent a request may ask for
+
+
+def _bad(name: str, what: str, value: object) -> ApiError:
+    return ApiError(400, f"Invalid request: {name} must be {what}, got {short(value)}")
+
+
+def integer_field(value: object, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _bad(name, f"an integer in [{low}, {high}]", value)
+    return value
+
+
+def _real(value: object, name: str, low: float, high: float) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not low <= value <= high:
+        raise _bad(name, f"a number in [{low}, {high}]", value)
+    return float(value)
+
+
+def _lines(q: object) -> list[str]:
+    items = [q] if isinstance(q, str) else q
+    if not isinstance(items, list) or not items or not all(isinstance(item, str) for item in items):
+        raise _bad("q", "a string or a non-empty list of strings", q)
+    if any("\n" in item or "\r" in item for item in items):
+        raise ApiError(400, "Invalid request: q's items are single lines (one sentence each, no newline)")
+    return items
+
+
+def _search(fields: dict, *, max_beam: int, max_len_a: float, max_len_b: int) -> dict:
+    """The DecodeConfig fields a request replaces, checked against the server's limits."""
+    checks = {
+        "beam_size": lambda v: integer_field(v, "beam_size", 1, max_beam),
+        "alpha": lambda v: _real(v, "alpha", 0.0, MAX_ALPHA),
+        "max_len_a": lambda v: _real(v, "max_len_a", 0.0, max_len_a),
+        "max_len_b": lambda v: integer_field(v, "max_len_b", 0, max_len_b),
+        "min_len": lambda v: integer_field(v, "min_len", 0, max_len_b),
+    }
+    search = {name: checks[name](fields[name]) for name in checks if fields.get(name) is not None}
+    penalty = fields.get("length_penalty")
+    if penalty is not None:
+        if penalty not in choices(DecodeConfig, "length_penalty"):
+            raise _bad("length_penalty", " or ".join(choices(DecodeConfig, "length_penalty")), penalty)
+        search["length_penalty"] = penalty
+    return search
+
+
+def _controls(fields: dict, n_lines: int, single: bool, supports) -> dict[str, list]:
+    """The per-line search controls given: one entry per line of a list `q`; for a string `q`, its one entry."""
+    controls = {}
+    for name in CONTROLS:
+        value = fields.get(name)
+        if value is None:
+            continue
+        if not supports(name):
+            raise ApiError(400, f"Invalid request: {name} is not supported by this server's Translator")
+        entries = [value] if single else value
+        if not isinstance(entries, list) or len(entries) != n_lines:
+            raise _bad(name, f"a list with one entry per line of q ({n_lines})", value)
+        what, valid = ENTRY[name]
+        if not all(valid(entry) for entry in entries):
+            raise _bad(name, f"one entry per line, each {what}", value)
+        controls[name] = entries
+    return controls
+
+
+def _options(fields: dict, supports) -> tuple[tuple[str, bool], ...]:
+    """The switches given (true/false), each one this server's Translator supports."""
+    options = []
+    for name in OPTIONS:
+        value = fields.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise _bad(name, "true or false", value)
+        if not supports(name):
+            raise ApiError(400, f"Invalid request: {name} is not supported by this server's Translator")
+        options.append((name, value))
+    return tuple(options)
+
+
+def plan_native(fields: dict, defaults: DecodeConfig, supports, *, max_lines: int, max_chars: int, max_beam: int,
+                max_len_a: float, max_len_b: int) -> tuple[list[str], Settings, dict[str, list]]:  # fmt: skip
+    """(lines, settings, per-line controls) of a native request, or the 400 naming its first problem."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ApiError(400, f"Invalid request: unknown field(s) {short(unknown)}; the fields are {', '.join(FIELDS)}")
+    lines = _lines(fields.get("q"))
+    check_lines(lines, max_lines, max_chars)
+    search = _search(fields, max_beam=max_beam, max_len_a=max_len_a, max_len_b=max_len_b)
+    beam = search.get("beam_size", defaults.beam_size)
+    nbest = integer_field(fields.get("nbest", 1), "nbest", 1, min(beam, max_beam))
+    alignment = fields.get("alignment", False)
+    if not isinstance(alignment, bool):
+        raise _bad("alignment", "true or false", alignment)
+    layer = fields.get("alignment_layer")
+    if layer is not None:
+        integer_field(layer, "alignment_layer", -64, 63)
+    controls = _controls(fields, len(lines), isinstance(fields["q"], str), supports)
+    decode = tuple(sorted(search.items()))
+    settings = Settings(decode=decode, nbest=nbest, alignment=alignment, alignment_layer=layer,
+                        controls=tuple(sorted(controls)), options=_options(fields, supports))  # fmt: skip
+    return lines, settings, controls
+
+
+def hypotheses(results: list[list], alignment: bool) -> dict:
+    """The answer: per line, its hypotheses as JSON objects."""
+
+    def hypothesis(t) -> dict:
+        out = {"text": t.text, "score": round(t.score, 6), "log_prob": round(t.log_prob, 6), "tokens": len(t.tokens)}
+        if alignment:
+            out["alignment"] = [list(link) for link in t.alignment or []]
+        return out
+
+    return {"translations": [[hypothesis(t) for t in hyps] for hyps in results]}

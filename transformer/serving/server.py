@@ -1,0 +1,73 @@
+"""transformer-serve's work: load the model, bind the socket, run the application under uvicorn, stop gracefully.
+
+- The socket is bound here, before uvicorn starts, so an address in use or not ours is one line and exit code 2,
+  and `--port 0` takes a free port; the line `serving on http://HOST:PORT` (stderr) names the port taken.
+- SIGTERM (or Ctrl-C): uvicorn stops accepting connections, answers every request it accepted (the batcher
+  decodes what it admitted), then the batcher's worker stops and the process exits with code 0.
+- `--api-keys FILE`: one key per line (blank lines and lines starting with '#' skipped); requests then need one.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import uvicorn
+
+from transformer.config import ServeConfig
+from transformer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def read_keys(path: str | Path) -> frozenset[str]:
+    """The API keys of `path`: one a line; blank lines and '#' comments skipped; none at all is an error."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read the API keys file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    keys = frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise UserError(f"the API keys file {path} has no key: write one key per line")
+    return keys
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (IPv6 when the host has a ':'), or a UserError naming the fix."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UserError(f"cannot listen on {host}:{port}: {reason}; choose another --host or --port") from None
+
+
+def serve(checkpoints: list[str], serve_config: ServeConfig, *, keys_file: str | None = None,
+          device: str = "cpu", precision: str | None = None) -> int:  # fmt: skip
+    """Load `checkpoints` (several: an ensemble) and serve until SIGTERM or SIGINT; 0 once every request is answered."""
+    from transformer.api import Translator
+    from transformer.serving.app import create_app
+    from transformer.serving.engine import Engine
+
+    keys = read_keys(keys_file) if keys_file else None
+    sock = bind(serve_config.host, serve_config.port)
+    translator = Translator.from_checkpoint(checkpoints, device=device, precision=precision)
+    app = create_app(Engine(translator), serve_config, keys)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    log.info("serving on http://%s:%d (%s; %s)", shown, port, ", ".join(checkpoints),
+             "API keys required" if keys else "no API keys")  # fmt: skip
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False)
+    GracefulServer(config).run(sockets=[sock])
+    log.info("stopped: every accepted request was answered")
+    return 0
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's Server, except that after a graceful stop on SIGTERM/SIGINT the process exits 0 (uvicorn re-raises
+    the signal once it has shut down, which would end the process by that signal)."""
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
