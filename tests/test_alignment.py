@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import tiny_checkpoint
 import torch
-from conftest import BOS, PAD, tiny_model
+from conftest import PAD, tiny_model
 
 from transformer import Translator, UserError
 from transformer.commands.cli import translate_main
@@ -130,7 +130,7 @@ def test_an_ensemble_has_no_one_attention_to_show(tiny, capsys, flag, tmp_path):
 class _WordPieces:
     """A tokenizer's piece lookup where every id is one whole word, so pieces are words."""
 
-    bos_id = BOS  # the decoder's first input, as `Tokenizer.bos_id`
+    bos_id = 2
 
     def src_piece(self, token_id: int) -> str:
         return f"▁w{token_id}"
