@@ -130,6 +130,8 @@ def test_an_ensemble_has_no_one_attention_to_show(tiny, capsys, flag, tmp_path):
 class _WordPieces:
     """A tokenizer's piece lookup where every id is one whole word, so pieces are words."""
 
+    bos_id = 2
+
     def src_piece(self, token_id: int) -> str:
         return f"▁w{token_id}"
 

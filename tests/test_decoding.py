@@ -12,7 +12,9 @@ import torch
 from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 
 from transformer.config import DecodeConfig, choices
+from transformer.decoding import candidates
 from transformer.decoding import search as decoding
+from transformer.decoding.candidates import top_candidates
 from transformer.decoding.search import (
     LENGTH_PENALTIES,
     Hypothesis,
@@ -20,7 +22,6 @@ from transformer.decoding.search import (
     generate,
     lp,
     max_output_lengths,
-    top_candidates,
 )
 from transformer.model.attention import make_pad_mask
 
@@ -396,7 +397,7 @@ def test_greedy_finished_rows_leave_the_batch():
 def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
     """The chunked search returns exactly topk over all K*V sums scores[b, beam] + log_probs[b, beam, word]: the
     same values, rows and words (random floats: no ties), with -inf entries (banned tokens, a whole chunk)."""
-    assert decoding._chunk_size(V) == chunk
+    assert candidates._chunk_size(V) == chunk
     g = torch.Generator().manual_seed(V)
     B, K, k = 5, 4, 8
     log_probs = torch.randn(B, K, V, generator=g).log_softmax(-1)

@@ -63,6 +63,8 @@ FILES = {  # inputs the README's commands name; out.en is also written by a tran
     "new.en": REFERENCES,
     "ref1.en": REFERENCES,
     "ref2.en": [r.lower() for r in REFERENCES],
+    "prefix.en": ["And God", "", "", ""],
+    "terms.jsonl": ['["light"]', "[]", "[]", '["wept"]'],
 }
 
 

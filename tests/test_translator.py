@@ -9,6 +9,7 @@ import tiny_checkpoint
 import torch
 
 from transformer.checkpoint import load_for_inference
+from transformer.decoding import translator as translator_module
 from transformer.decoding.translator import Translator
 from transformer.devices import pick_device
 from transformer.errors import UserError
@@ -38,8 +39,7 @@ def test_one_result_per_line_in_order(loaded, caplog):
 
 def test_truncated_line_keeps_eos_last(loaded):
     model, tokenizer, config, _ = loaded
-    translator = Translator(model, tokenizer, config.decode)
-    ids = translator._truncate(tokenizer.encode_src([LONG])[0], 1)
+    ids = translator_module._truncate(tokenizer.encode_src([LONG])[0], model.max_positions, 1)
     assert len(ids) == model.max_positions and ids[-1] == 3
 
 

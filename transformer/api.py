@@ -5,6 +5,7 @@
     t.translate(["Hola."])            # -> ["Hello."]
     t.translate(["Hola."], nbest=4)   # -> [[Translation(text, score, log_prob, tokens), ...]], best first
     t.translate(["Hola."], alignment=True)  # -> [Translation(text="Hello.", alignment=[(0, 0)], ...)]
+    t.translate(["Hola amigo."], prefix=["Hello"], constraints=[["friend"]])  # steered (decoding/steering.py)
     t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
     t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
@@ -86,17 +87,26 @@ class Translator:
 
     def translate(
         self, texts: str | Sequence[str], *, nbest: int | None = None, alignment: bool = False,
-        alignment_layer: int | None = None,
+        alignment_layer: int | None = None, prefix: str | Sequence[str] | None = None,
+        constraints: Sequence[str] | Sequence[Sequence[str]] | None = None, replace_unk: bool = False,
     ) -> list[str] | list[Translation] | list[list[Translation]]:  # fmt: skip
         """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens).
 
         alignment=True: `Translation`s (one each, or N each with `nbest`) whose `.alignment` lists the (source word,
         target word) links, from decoder layer `alignment_layer` (None: the last; decoding/alignment.py).
+        prefix: one text per input ("" = none; a str for a str input): each output starts with its pieces, and
+        scores include their log-probability. constraints: one list of phrases per input ([] = none; a list of
+        str for a str input): each output contains every phrase, in any order (beam search: dynamic beam
+        allocation, decoding/constraints.py). replace_unk: each <unk> of an output becomes the source text it is
+        aligned to (decoding/unknown_words.py).
         """
         if isinstance(texts, str):
             texts = [texts]
+            prefix = [prefix] if isinstance(prefix, str) else prefix
+            constraints = [constraints] if constraints is not None else None
         engine = self._engine(nbest or 1)
-        results = list(engine.translate(list(texts), alignment=alignment, alignment_layer=alignment_layer))
+        steer = dict(prefix=prefix, constraints=constraints, replace_unk=replace_unk)
+        results = list(engine.translate(list(texts), alignment=alignment, alignment_layer=alignment_layer, **steer))
         if nbest is None:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results

@@ -131,6 +131,7 @@ class DataConfig:
     joint_vocab: bool = True  # one SentencePiece model for source and target (the paper's shared vocabulary)
     spm_input_sentences: int = 2_000_000  # sentences sampled to train SentencePiece (0 = all)
     character_coverage: float = 1.0  # SentencePiece character coverage
+    spm_byte_fallback: bool = False  # SentencePiece byte_fallback: characters outside the vocabulary as UTF-8 bytes
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
     drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
@@ -220,6 +221,7 @@ class DecodeConfig:
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
     min_len: int = 0  # EOS is forbidden before this many output tokens
+    no_repeat_ngram_size: int = 0  # no n-gram of output pieces twice in a hypothesis, n in pieces (0 = off)
     nbest: int = 1  # hypotheses returned per sentence
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
     sampling: bool = False  # sample instead of searching (not in the paper)
@@ -237,6 +239,7 @@ class DecodeConfig:
         _require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
         _require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")
         _require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
+        _require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
         _require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(self.max_tokens > 0, "decode.max_tokens must be positive")
         _require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")

@@ -56,6 +56,7 @@ def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
     args = build_parser("prepare", _config_args).parse_args(argv)
     from transformer.config import load_config
+    from transformer.data.coverage import unknown_report
     from transformer.data.prepare import prepare_data
     from transformer.data.tokenizer import tokenizer_from_files
 
@@ -70,6 +71,8 @@ def prepare_main(argv: list[str] | None = None) -> int:
             f"{name}: {len(split)} pairs, {int(split.src_lengths.sum())} source and "
             f"{int(split.tgt_lengths.sum())} target tokens (incl. EOS){dropped}"
         )
+        unknown = unknown_report(prepared.cache_paths[name])
+        print(f"{name}: <unk> would meet {unknown}" if unknown else f"{name}: <unk> share not recorded (older cache)")
     print(f"cache: {config.data.cache_dir} ({', '.join(f'{k} {v}' for k, v in prepared.cache_paths.items())})")
     return 0
 
@@ -157,6 +160,8 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
     parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
     parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
+    parser.add_argument("--no-repeat-ngram-size", type=count(0), metavar="N",
+                        help="no n-gram of N output pieces twice in a translation (0 = off)")  # fmt: skip
 
 
 def _translate_args(parser: argparse.ArgumentParser) -> None:
@@ -170,6 +175,13 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
                         "attention over the source (mean over heads) aligns (0-based; default: the last)")  # fmt: skip
     parser.add_argument("--attention-maps", metavar="DIR", help="also draw each line's attention maps, every layer "
                         "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)")  # fmt: skip
+    steer = parser.add_argument_group("steering the output (docs/decoding.md)")
+    steer.add_argument("--prefix-file", metavar="F", help="one target prefix per input line (empty line: none); "
+                       "each translation starts with it")  # fmt: skip
+    steer.add_argument("--constraints-file", metavar="F", help="one JSON list of phrases per input line ([] = none) "
+                       "that the translation must contain, in any order (beam search)")  # fmt: skip
+    steer.add_argument("--replace-unk", action="store_true", help="replace each <unk> of a translation with the "
+                       "source text it is aligned to (last decoder layer; an ensemble: its first model)")  # fmt: skip
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument("--chunk-lines", type=count(1), default=CHUNK_LINES,

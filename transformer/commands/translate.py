@@ -6,6 +6,8 @@ with `--nbest N` up to N lines `index ||| text ||| score` per input line (index 
 input line gives one line with empty text and score 0). `--alignment` appends the word alignment in Pharaoh format
 (`0-0 1-2 ...`, decoding/alignment.py) after a tab (`text<TAB>alignment`; a translation holds no tab, SentencePiece
 turns tabs into spaces), or after ` ||| ` on --nbest lines; an empty input line gives an empty alignment.
+`--prefix-file F` (one target prefix per input line) and `--constraints-file F` (one JSON list of phrases per input
+line) are read beside the input, lazily; `--replace-unk` copies source text over each `<unk>` (docs/decoding.md).
 `--attention-maps DIR` also draws the attention maps of the best translation of each of the first `MAX_MAP_LINES`
 lines (decoding/attention_maps.py) into DIR/line{index}_{encoder,decoder,cross}_layer{N}.png.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -85,6 +88,31 @@ def _links(translation, separator: str) -> str:
     return "" if translation.alignment is None else separator + pharaoh(translation.alignment)
 
 
+def _constraint_lists(path: str) -> Iterator[list]:
+    """--constraints-file: one JSON list of phrases per line, read lazily; a bad line is a `UserError` naming it."""
+    for number, line in enumerate(_stream_lines(path), start=1):
+        try:
+            phrases = json.loads(line) if line.strip() else []
+        except json.JSONDecodeError as exc:
+            raise UserError(
+                f'{path} line {number}: not JSON ({exc.msg}); write a list of phrases, e.g. ["the house"]'
+            ) from None
+        if not isinstance(phrases, list):
+            raise UserError(f'{path} line {number}: not a JSON list of phrases; write e.g. ["the house"] or []')
+        yield phrases
+
+
+def _steering(args: argparse.Namespace) -> dict:
+    """Translator.translate's prefix, constraints and replace_unk from --prefix-file, --constraints-file and
+    --replace-unk (the files read lazily, beside the input)."""
+    for flag, path in (("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)):
+        if path and not Path(path).is_file():
+            raise UserError(f"{flag}: file not found: {path}")
+    prefix = _stream_lines(args.prefix_file) if args.prefix_file else None
+    constraints = _constraint_lists(args.constraints_file) if args.constraints_file else None
+    return dict(prefix=prefix, constraints=constraints, replace_unk=args.replace_unk)
+
+
 def split_checkpoints(args: argparse.Namespace) -> None:
     """`--checkpoint a.pt b.pt "Hola."`: argparse gives --checkpoint every value; from the first value after the
     first that neither ends in .pt nor names a file, the values are TEXT."""
@@ -95,12 +123,18 @@ def split_checkpoints(args: argparse.Namespace) -> None:
     args.checkpoint, args.text = paths[:cut], args.text or paths[cut:]
 
 
-def run_translate(args: argparse.Namespace) -> int:
-    split_checkpoints(args)
+def _check_files(args: argparse.Namespace) -> None:
+    """The input file exists, and --output names none of the files read."""
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
-    inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config)]
+    inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config),
+              ("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)]  # fmt: skip
     check_not_an_input(args.output, inputs)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    split_checkpoints(args)
+    _check_files(args)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
     if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:
@@ -119,7 +153,7 @@ def run_translate(args: argparse.Namespace) -> int:
         with output as out, progress_bar(total, args.quiet or interactive) as bar:
             translations = translator.translate(
                 lines, chunk_lines=chunk, progress=bar.update, alignment=args.alignment,
-                alignment_layer=args.alignment_layer,
+                alignment_layer=args.alignment_layer, **_steering(args),
             )  # fmt: skip
             for index, results in enumerate(translations):
                 if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it

@@ -45,6 +45,7 @@ from tqdm import tqdm
 from transformer.config import Config, DataConfig
 from transformer.data.cleaning import PairFilter
 from transformer.data.corpus import CHUNK_PAIRS, Pairs, describe_split, load_pairs, split_identity, stream_pairs
+from transformer.data.coverage import UnknownCounter, describe_unknown
 from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
 from transformer.data.encoding import Workers, encode_chunks
 from transformer.data.tokenizer import Tokenizer
@@ -87,7 +88,11 @@ def _stage(what: str) -> Iterator[None]:
 
 def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, workers: Workers, progress: bool):
     """Encode (and for train, filter) the split `name` chunk by chunk into the arrays of folder `tmp`."""
-    writer, pairs_filter = SplitWriter(tmp), PairFilter(data) if name == "train" else None
+    writer, pairs_filter, unknown = (
+        SplitWriter(tmp),
+        PairFilter(data) if name == "train" else None,
+        UnknownCounter(tokenizer),
+    )
     texts = None if pairs_filter else ([], [])
     clean = (data.drop_copies, data.drop_duplicates) if pairs_filter else (False, False)
     chunks = stream_pairs(getattr(data, name), data, CHUNK_PAIRS)
@@ -100,6 +105,7 @@ def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, w
         ):
             read += len(src_len)
             bar.update(len(src_len))
+            unknown.add(src, tgt)
             if pairs_filter is None:
                 texts[0].extend(src), texts[1].extend(tgt)
             elif not (keep := pairs_filter.keep(src_len, tgt_len + 1, same, hashes)).all():
@@ -116,7 +122,9 @@ def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, w
                 f"no training pairs left after filtering ({dropped}); check the data, data.max_tokens_per_sentence "
                 "and data.max_length_ratio"
             )
-    save_extras(tmp, {"pairs_read": read, "pairs": pairs, "tokenizer": repr(tokenizer)}, dropped, texts)
+    meta = {"pairs_read": read, "pairs": pairs, "tokenizer": repr(tokenizer), "unknown": unknown.report()}
+    log.info("%s: <unk> would meet %s", name, describe_unknown(meta["unknown"]))
+    save_extras(tmp, meta, dropped, texts)
 
 
 def drop_longer(split: EncodedSplit, limit: int, name: str) -> EncodedSplit:
@@ -190,6 +198,8 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
     settings.update(spm_input_sentences=data.spm_input_sentences, character_coverage=data.character_coverage)
     if data.spm_input_sentences > 0:  # the streamed sample differs from the earlier in-memory one above that size
         settings["sample"] = "streamed"
+    if data.spm_byte_fallback:  # only when on, so the keys of existing caches stay as they were
+        settings.update(spm_byte_fallback=True)
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
@@ -217,6 +227,7 @@ def prepare_tokenizer(
         tokenizer = Tokenizer.train(
             src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
             input_sentences=0, character_coverage=data.character_coverage, seed=seed,
+            byte_fallback=data.spm_byte_fallback,
         )  # fmt: skip
     del src, tgt
 

@@ -60,7 +60,9 @@ def _sample(texts: Sequence[str], count: int, rng: np.random.Generator) -> list[
     return [texts[i] for i in np.sort(rng.choice(len(texts), size=count, replace=False))]
 
 
-def _train_model(texts: list[str], *, vocab_size: int, model_type: str, character_coverage: float, seed: int) -> bytes:
+def _train_model(
+    texts: list[str], *, vocab_size: int, model_type: str, character_coverage: float, byte_fallback: bool, seed: int
+) -> bytes:
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -70,6 +72,7 @@ def _train_model(texts: list[str], *, vocab_size: int, model_type: str, characte
             vocab_size=vocab_size,
             model_type=model_type,
             character_coverage=character_coverage,
+            byte_fallback=byte_fallback,  # characters outside the vocabulary as <0xNN> byte pieces, not <unk>
             input_sentence_size=0,  # already sampled by the caller, reproducibly
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
@@ -116,20 +119,21 @@ class Tokenizer:
         joint: bool = True,
         input_sentences: int = 0,
         character_coverage: float = 1.0,
+        byte_fallback: bool = False,
         seed: int = 1,
     ) -> Tokenizer:
         """Train SentencePiece on raw text (section 5.1: shared source-target BPE).
 
         joint: one model on both languages (`input_sentences // 2` sentences sampled from each side), else one
         model per language with `vocab_size` pieces each (`input_sentences` sampled per side). 0 = all sentences.
-        Empty lines are skipped. The same texts and seed give the same model bytes.
+        Empty lines are skipped. The same texts and seed give the same model bytes. byte_fallback: see `_train_model`.
         """
         if model_type not in ("bpe", "unigram"):
             raise UserError(f"SentencePiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
         options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed)
+        options["byte_fallback"] = byte_fallback
         rng = np.random.default_rng(seed)
-        src = [t for t in src_texts if t]
-        tgt = [t for t in tgt_texts if t]
+        src, tgt = [t for t in src_texts if t], [t for t in tgt_texts if t]
         if not src or not tgt:
             raise UserError("cannot train SentencePiece: the training text is empty on the source or target side")
         if joint:
@@ -202,6 +206,13 @@ class Tokenizer:
     def tgt_piece(self, token_id: int) -> str:
         """The target piece for an id."""
         return self.table.pieces[int(token_id)] if self.table else self._tgt.id_to_piece(int(token_id))
+
+
+def source_surfaces(tokenizer: Tokenizer, texts: list[str]) -> list[list[str]]:
+    """Source sentences -> the characters each of their pieces stands for (as `encode_src` cuts them, EOS left out);
+    an `<unk>` piece's are the unknown characters themselves."""
+    protos = tokenizer._src.encode(list(texts), out_type="proto")
+    return [[piece.surface for piece in proto.pieces] for proto in protos]
 
 
 def read_model_file(path: str, what: str) -> bytes:

@@ -2,10 +2,12 @@
 
 Legend: B batch (sentences), S source length, V vocabulary, K beam, N = B*K rows, t tokens decoded so far.
 
-This module depends only on the model's decoding interface (see model/transformer.py): `encode`, `decode_step`,
+This module depends only on the model's decoding interface (interface.py's Protocols): `encode`, `decode_step`,
 `cache.rerank_beams`, `cache.keep_sentences`, and the attributes `max_positions` and `pad_id`; the cache comes from
 model/cache.py's `init_cache`, or from the model's own `init_cache` where it brings one (an ensemble,
-decoding/ensemble.py). The model knows nothing of search.
+decoding/ensemble.py). The model knows nothing of search. Controls of the search (prefixes, constraints, n-gram
+blocking; controls.py) plug in as one `Controls`: its `mask` once per step after the model's step, its moves with
+the cache's, and beam search's candidates from its `select` (candidates.py's top 2K unless a control chooses).
 
 Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate early when possible"):
 - Maximum output length, per sentence: floor(max_len_a * S + max_len_b) tokens, S the real (unpadded) source
@@ -34,12 +36,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from transformer.config import DecodeConfig
+from transformer.decoding.controls import Controls, NoRepeatNgram
 from transformer.model.cache import init_cache
 
 NEG_INF = float("-inf")
@@ -91,6 +94,14 @@ def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: i
     return log_probs
 
 
+def _next_log_probs(model, tokens, cache, controls: Controls, step: int, bos_id: int, eos_id: int, min_len: int):
+    """tokens (N, t+1) the rows so far -> (N, V): the model's next-token log-probabilities, PAD, BOS and early EOS
+    forbidden (`_forbid`), then the controls' mask (controls.py), once per step."""
+    log_probs = model.decode_step(tokens[:, -1:], cache)  # (N, V)
+    log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
+    return controls.mask(log_probs, tokens, step)  # (N, V)
+
+
 @functools.cache
 def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     row = torch.zeros(max(banned) + 1, dtype=dtype, device=device)
@@ -102,8 +113,9 @@ def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
 
 
 def _decode_rows(
-    model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, drop_finished=False
-):
+    model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, controls: Controls,
+    drop_finished=False,
+):  # fmt: skip
     """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length.
 
     drop_finished: finished rows leave the batch (and the cache) at the next step, as done sentences do in beam
@@ -115,8 +127,7 @@ def _decode_rows(
     cache = start_cache(model, model.encode(src, src_mask), src_mask, capacity=steps)
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
     log_prob, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.long, device=device)  # (B,) each
-    alive = max_lens > 0  # (B,)
-    rows = torch.arange(B, device=device)  # (B,) each batch row's index in the input
+    alive, rows = max_lens > 0, torch.arange(B, device=device)  # (B,) each; rows: each batch row's input index
     done: dict[int, Hypothesis] = {}
     for step in range(steps):
         if drop_finished and not alive.all():
@@ -124,14 +135,14 @@ def _decode_rows(
             keep = alive.nonzero().squeeze(1)  # (B',)
             if keep.numel() == 0:
                 break
-            cache.keep_sentences(keep)
+            for moving in (cache, controls):
+                moving.keep_sentences(keep)
             tokens, log_prob, lengths, alive, max_lens, rows = (
                 t[keep] for t in (tokens, log_prob, lengths, alive, max_lens, rows)
             )
         if not alive.any():
             break
-        step_log_probs = model.decode_step(tokens[:, -1:], cache)  # (B, V)
-        step_log_probs = _forbid(step_log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
+        step_log_probs = _next_log_probs(model, tokens, cache, controls, step, bos_id, eos_id, min_len)  # (B, V)
         next_tokens = choose(step_log_probs).masked_fill(~alive, model.pad_id)  # (B,)
         picked = step_log_probs.gather(1, next_tokens[:, None]).squeeze(1)  # (B,)
         log_prob += torch.where(alive, picked, torch.zeros_like(picked))
@@ -151,10 +162,11 @@ def _collect(done: dict[int, Hypothesis], rows, tokens, lengths, log_prob) -> No
 
 @torch.inference_mode()
 def greedy_decode(
-    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int, min_len: int
-) -> list[Hypothesis]:
+    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int, min_len: int,
+    controls: Controls | None = None,
+) -> list[Hypothesis]:  # fmt: skip
     """Argmax at every step. src (B, S) long, src_mask (B, 1, 1, S) bool -> B hypotheses, in input order."""
-    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
+    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, controls=controls or Controls())
     choose = lambda log_probs: log_probs.argmax(dim=-1)  # (B, V) -> (B,)
     return _decode_rows(model, src, src_mask, choose, bos_id=bos_id, eos_id=eos_id, drop_finished=True, **lengths)
 
@@ -178,6 +190,7 @@ def filter_logits(log_probs: torch.Tensor, *, temperature: float, top_k: int, to
 def sample(
     model, src, src_mask, *, bos_id: int, eos_id: int, temperature: float, top_k: int, top_p: float,
     num_samples: int, max_len_a: float, max_len_b: int, min_len: int, generator: torch.Generator | None = None,
+    controls: Controls | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Ancestral sampling (not in the paper). `generator` lives on src's device and makes it reproducible.
 
@@ -190,7 +203,9 @@ def sample(
         logits = filter_logits(log_probs, temperature=temperature, top_k=top_k, top_p=top_p)
         return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
-    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
+    controls = controls or Controls()
+    controls.keep_sentences(index)  # each sentence's controls repeated for its samples
+    lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, controls=controls)
     hyps = _decode_rows(model, src[index], src_mask[index], choose, bos_id=bos_id, eos_id=eos_id, **lengths)
     groups = [hyps[b * num_samples : (b + 1) * num_samples] for b in range(B)]
     return [sorted(group, key=lambda h: h.score, reverse=True) for group in groups]
@@ -220,49 +235,16 @@ def _finish(state: _BeamState, batch_rows: list[int], rows: list[int], log_probs
         state.finished[state.sentence[b]].append(Hypothesis(tokens, state.score_fn(log_prob, max(length, 1)), log_prob))
 
 
-def top_candidates(log_probs: torch.Tensor, scores: torch.Tensor, k: int):
-    """The k best one-token extensions of each sentence's hypotheses, best first: candidate (beam, word) scores
-    scores[b, beam] + log_probs[b, beam, word]. log_probs (B, K, V), scores (B, K) -> values (B, k) and where they
-    are in log_probs seen as (B*K*V,) (B, k) long: row b*K + beam = where // V, word = where % V.
-
-    topk over all K*V candidates reads them one by one, slowly on the CPU. When V splits into chunks of c words
-    (`_chunk_size`), the k chunks with the highest maxima hold the k best candidates (a candidate elsewhere is at
-    most its chunk's maximum, so below k candidates that are at least as good), and topk reads just those k*c.
-    The values are the same sums either way; only the order among exactly equal candidates may differ.
-    """
-    B, K, V = log_probs.shape
-    c = _chunk_size(V)
-    if c == 0 or k * c >= K * V:
-        values, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)  # (B, k)
-        return values, index + torch.arange(0, B * K * V, K * V, device=index.device)[:, None]
-    C = V // c  # chunks per hypothesis
-    chunks = log_probs.view(B * K * C, c)  # every chunk of every hypothesis, chunk i of row r at r*C + i
-    maxima = chunks.amax(dim=1).view(B, K, C).add_(scores[:, :, None])  # (B, K, C): each chunk's best candidate
-    best = maxima.view(B, K * C).topk(k, dim=1).indices  # (B, k)
-    best += torch.arange(0, B * K * C, K * C, device=best.device)[:, None]  # (B, k) chunks of `chunks`
-    inside = chunks.index_select(0, best.view(-1)).view(B, k, c)  # (B, k, c): whole chunks, contiguous copies
-    inside += scores.take(best // C)[:, :, None]  # (B, k, c) candidate scores
-    values, index = inside.view(B, k * c).topk(k, dim=1)  # (B, k)
-    return values, best.gather(1, index // c) * c + index % c
-
-
-@functools.cache
-def _chunk_size(V: int) -> int:  # noqa: N803
-    """The chunk size for `top_candidates`: the divisor of V in 64..512 that is a multiple of 8 (whole vectors)
-    nearest 160, or 0 if none; measured fastest on a 2-core CPU for V = 4k to 37k (docs/benchmarks.md)."""
-    divisors = [c for c in range(64, 513, 8) if V % c == 0]
-    return min(divisors, key=lambda c: abs(c - 160), default=0)
-
-
-def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) -> torch.Tensor:  # noqa: N803
+def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int, select: Callable) -> torch.Tensor:  # noqa: N803
     """Extend every alive hypothesis by every token, finish EOS candidates, keep K; returns the rows kept (B*K,).
 
     log_probs (B*K_in, V): K_in alive rows per sentence, 1 at the first step, then K (or fewer while K
-    exceeds the candidates, K_in * V: only with tiny vocabularies).
+    exceeds the candidates, K_in * V: only with tiny vocabularies). select: the controls' (interface.py's
+    `CandidateSelector.select`), by default the top 2K with their scores as priority.
     """
     B, K_in = state.scores.shape
     V = log_probs.size(-1)
-    top_scores, where = top_candidates(log_probs.view(B, K_in, V), state.scores, min(2 * K, K_in * V))  # (B, 2K)
+    top_scores, where, priority = select(log_probs.view(B, K_in, V), state.scores, min(2 * K, K_in * V))  # (B, 2K)
     is_eos = where % V == eos_id  # (B, 2K)
     finishing = is_eos[:, :K] & (top_scores[:, :K] > NEG_INF)  # (B, K): an EOS among the first K ranks
     hits = finishing.nonzero().tolist()
@@ -271,7 +253,8 @@ def _beam_step(state: _BeamState, log_probs: torch.Tensor, eos_id: int, K: int) 
         rows = [where_list[b][j] // V for b, j in hits]
         _finish(state, [b for b, _ in hits], rows, [top_list[b][j] for b, j in hits], eos=True)
         state.done.update(b for b, _ in hits if len(state.finished[state.sentence[b]]) >= K)
-    alive_scores, keep = top_scores.masked_fill(is_eos, NEG_INF).topk(min(K, top_scores.size(1)), dim=1)  # (B, K)
+    keep = priority.masked_fill(is_eos, NEG_INF).topk(min(K, top_scores.size(1)), dim=1).indices  # (B, K)
+    alive_scores = top_scores.masked_fill(is_eos, NEG_INF).gather(1, keep)  # (B, K)
     kept = where.gather(1, keep).view(-1)  # (B*K,)
     rows = kept // V  # (B*K,) rows of log_probs
     state.tokens = torch.cat([state.tokens[rows], (kept % V)[:, None]], dim=1)  # (N, t+2)
@@ -317,16 +300,28 @@ def _stay_order(B: int, leaving: set[int]) -> list[int]:  # noqa: N803
     return keep[: len(stay)]
 
 
+def _move(movers: tuple, state: _BeamState, rows: torch.Tensor) -> None:
+    """After a step, the cache's and the controls' rows follow the beams: done sentences leave (the rest re-ranked
+    in the same copy), or the beams are re-ranked."""
+    if state.done:
+        moves = _drop_done(state, rows)
+        for mover in movers:
+            mover.keep_sentences(*moves)
+    else:
+        for mover in movers:
+            mover.rerank_beams(rows)
+
+
 @torch.inference_mode()
 def beam_search(
     model, src, src_mask, *, bos_id: int, eos_id: int, beam_size: int, alpha: float, length_penalty: str,
-    max_len_a: float, max_len_b: int, min_len: int, nbest: int,
+    max_len_a: float, max_len_b: int, min_len: int, nbest: int, controls: Controls | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Batched beam search with the KV cache (see the module docstring for the exact rules).
 
     src (B, S) long, src_mask (B, 1, 1, S) bool -> B lists of up to `nbest` hypotheses, best score first.
     """
-    B, K = src.size(0), beam_size
+    B, K, controls = src.size(0), beam_size, controls or Controls()
     device = src.device
     state = _BeamState(  # one hypothesis per sentence until the first step makes K
         tokens=torch.full((B, 1), bos_id, dtype=torch.long, device=device),
@@ -339,28 +334,30 @@ def beam_search(
     )
     _finalise_at_max_length(state, 0)
     capacity = max(state.max_lens, default=0)
-    cache = start_cache(model, model.encode(src, src_mask), src_mask, capacity=capacity)
+    movers = (start_cache(model, model.encode(src, src_mask), src_mask, capacity=capacity), controls)
     if state.done:  # those with room for no token leave
-        cache.keep_sentences(*_drop_done(state, torch.arange(B, device=device)))
+        _move(movers, state, torch.arange(B, device=device))
     step = 0
     while state.sentence:
-        log_probs = model.decode_step(state.tokens[:, -1:], cache)  # (N, V)
-        log_probs = _forbid(log_probs, step, model=model, bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-        rows = _beam_step(state, log_probs, eos_id, K)  # (N,)
+        log_probs = _next_log_probs(model, state.tokens, movers[0], controls, step, bos_id, eos_id, min_len)  # (N, V)
+        rows = _beam_step(state, log_probs, eos_id, K, controls.select)  # (N,)
         step += 1
         _finalise_at_max_length(state, step)
-        if state.done:
-            cache.keep_sentences(*_drop_done(state, rows))  # sentences leave, the rest re-ranked in the same copy
-        else:
-            cache.rerank_beams(rows)
+        _move(movers, state, rows)
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in state.finished]
 
 
 def generate(
-    model, src, src_mask, decode: DecodeConfig, *, bos_id: int, eos_id: int, generator: torch.Generator | None = None
-) -> list[list[Hypothesis]]:
-    """The one dispatcher: `decode.search` picks sampling, greedy or beam search. -> B lists, best first."""
-    lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len)
+    model, src, src_mask, decode: DecodeConfig, *, bos_id: int, eos_id: int, generator: torch.Generator | None = None,
+    controls: Sequence = (),
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """The one dispatcher: `decode.search` picks sampling, greedy or beam search. -> B lists, best first.
+
+    controls: the batch's search controls (controls.py, constraints.py), besides `decode.no_repeat_ngram_size`'s.
+    """
+    blocking = [NoRepeatNgram(decode.no_repeat_ngram_size)] if decode.no_repeat_ngram_size else []
+    steer = Controls([*controls, *blocking])
+    lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len, controls=steer)
     ids = dict(bos_id=bos_id, eos_id=eos_id)
     if decode.search == "sampling":
         return sample(

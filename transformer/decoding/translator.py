@@ -30,11 +30,14 @@ import torch
 
 from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
-from transformer.data.tokenizer import EOS_ID
+from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
+from transformer.decoding.ensemble import members
 from transformer.decoding.scoring import Score, score_texts
-from transformer.decoding.search import generate
+from transformer.decoding.search import generate, max_output_lengths
+from transformer.decoding.steering import Steering, report_unmet, search_controls, steered
+from transformer.decoding.unknown_words import restore_unknown
 from transformer.devices import OutOfMemoryError, avoid_cudnn_attention, out_of_memory
 from transformer.errors import UserError
 from transformer.model.attention import make_pad_mask
@@ -76,21 +79,26 @@ class Translator:
 
     def translate(
         self, lines: Iterable[str], *, chunk_lines: int = CHUNK_LINES, progress: Callable[[int], Any] | None = None,
-        alignment: bool = False, alignment_layer: int | None = None,
+        alignment: bool = False, alignment_layer: int | None = None, prefix: Iterable[str] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None, replace_unk: bool = False,
     ) -> Iterator[list[Translation]]:  # fmt: skip
         """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
 
         progress: called with the number of sentences each decoded batch finished, as they finish (a progress bar's
         `update`), not once per chunk. alignment: fill each `Translation.alignment` (empty for an empty line) from
-        the cross-attention of decoder layer `alignment_layer` (None: the last, alignment.py).
+        the cross-attention of decoder layer `alignment_layer` (None: the last, alignment.py). prefix: one text per
+        line ("" = none) the output starts with; constraints: one list of phrases per line ([] = none) the output
+        contains, in any order (beam search only; steering.py). replace_unk: each <unk> of the output becomes the
+        source text it is aligned to (unknown_words.py; an ensemble's first model's attention).
         """
         if alignment and not hasattr(self.model, "decoder"):
             raise UserError("word alignments read one model's attention: an ensemble has one per model")
+        if constraints is not None and self.settings.search != "beam":
+            raise UserError("lexical constraints need beam search (dynamic beam allocation): a beam size of 2 or more")
         layer = resolve_layer(alignment_layer, len(self.model.decoder.layers)) if alignment else None
-        lines = iter(lines)
-        first = 1
-        while chunk := list(itertools.islice(lines, chunk_lines)):
-            yield from self._translate_chunk(chunk, first, progress or (lambda n: None), layer)
+        items, first, options = steered(lines, self.tokenizer, prefix, constraints), 1, (layer, replace_unk)
+        while chunk := list(itertools.islice(items, chunk_lines)):
+            yield from self._translate_chunk(chunk, first, progress or (lambda n: None), options)
             first += len(chunk)
 
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
@@ -104,9 +112,9 @@ class Translator:
         return score_texts(self.model, self.tokenizer, sources, targets, max_tokens=self.settings.max_tokens,
                            device=self.device, precision=self.precision, progress=progress)  # fmt: skip
 
-    def _translate_chunk(
-        self, chunk: list[str], first_line: int, progress: Callable, layer: int | None
-    ) -> list[list[Translation]]:
+    def _translate_chunk(self, items: list, first_line: int, progress: Callable, options) -> list[list[Translation]]:
+        """items: (line, Steering or None); options: (alignment layer or None, replace_unk)."""
+        chunk, steerings, (layer, replace_unk) = [line for line, _ in items], [s for _, s in items], options
         results = [
             [Translation(text="", score=0.0, log_prob=0.0, tokens=[], alignment=None if layer is None else [])]
             for _ in chunk
@@ -117,63 +125,92 @@ class Translator:
         if not todo:
             return results
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
-        encoded = [self._truncate(ids, first_line + i) for i, ids in zip(todo, encoded)]
+        encoded = [_truncate(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
         lengths = [len(ids) for ids in encoded]
         order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
+        surfaces = source_surfaces(self.tokenizer, [chunk[i].strip() for i in todo]) if replace_unk else None
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
-            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch], layer)):
+            lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]
+            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch], layer, lines)):
                 results[todo[j]] = translations
             progress(len(batch))
         return results
 
-    def _truncate(self, ids: list[int], line_number: int) -> list[int]:
-        limit = self.model.max_positions
-        if len(ids) <= limit:
-            return ids
-        log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
-        return ids[: limit - 1] + [EOS_ID]
-
-    def _translate_batch(self, sources: list[list[int]], layer: int | None = None) -> list[list[Translation]]:
+    def _translate_batch(
+        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None
+    ) -> list[list[Translation]]:
         """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s, with their word
-        alignments from decoder layer `layer` unless it is None."""
+        alignments from decoder layer `layer` unless it is None; lines: the sentences' line numbers, prefixes and
+        constraints, and (for replace_unk) their source pieces' characters."""
         B, S = len(sources), max(len(ids) for ids in sources)
-        src = torch.full((B, S), self.model.pad_id, dtype=torch.long)  # (B, S)
-        for b, ids in enumerate(sources):
-            src[b, : len(ids)] = torch.tensor(ids)
-        src = src.to(self.device)
+        src = _padded(sources, self.model.pad_id).to(self.device)  # (B, S)
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
+        lines = lines or [_Line(0, None, None)] * B
         with autocast(self.precision, self.device):
             try:
-                hypotheses = generate(
-                    self.model,
-                    src,
-                    src_mask,
-                    self.settings,
-                    bos_id=self.tokenizer.bos_id,
-                    eos_id=EOS_ID,
-                    generator=self.generator,
-                )
+                controls = _controls(self.model, self.settings, src_mask, lines)
+                hypotheses = generate(self.model, src, src_mask, self.settings, bos_id=self.tokenizer.bos_id,
+                                      eos_id=EOS_ID, generator=self.generator, controls=controls)  # fmt: skip
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
+                texts = self.tokenizer.decode_tgt([tokens for _, tokens in flat])
+                if lines[0].surfaces is not None:
+                    texts = restore_unknown(members(self.model)[0], self.tokenizer, src, flat, texts,
+                                            [line.surfaces for line in lines])  # fmt: skip
             except OutOfMemoryError as exc:
-                raise self._out_of_memory(exc, sentences=B, length=S) from None
-        texts = iter(self.tokenizer.decode_tgt([tokens for _, tokens in flat]))
+                raise _out_of_memory(self.settings, exc, sentences=B, length=S) from None
+        if controls:
+            report_unmet(hypotheses, controls, [line.number for line in lines])
+        texts = iter(texts)
         return [
             [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
             for hyps in hypotheses
         ]
 
-    def _out_of_memory(self, exc: BaseException, *, sentences: int, length: int) -> UserError:
-        beam = f", beam {self.settings.beam_size}" if self.settings.search == "beam" else ""
-        what = f"decoding a batch of {sentences} sentences of up to {length} source tokens{beam}"
-        limit = self.settings.max_tokens
-        if sentences == 1:  # no smaller batch to make
-            return out_of_memory(
-                exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu"
-            )
-        return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
-                             f"{limit // 2}")  # fmt: skip
+
+@dataclass(frozen=True)
+class _Line:
+    """What one sentence of a batch carries besides its source ids."""
+
+    number: int  # its input line number, from 1
+    steering: Steering | None  # its prefix and constraints
+    surfaces: list[str] | None  # its source pieces' characters, for replace_unk
+
+
+def _padded(sources: list[list[int]], pad_id: int) -> torch.Tensor:
+    """Source ids -> (B, S) long, padded with pad_id."""
+    src = torch.full((len(sources), max(len(ids) for ids in sources)), pad_id, dtype=torch.long)  # (B, S)
+    for b, ids in enumerate(sources):
+        src[b, : len(ids)] = torch.tensor(ids)
+    return src
+
+
+def _controls(model, settings: DecodeConfig, src_mask: torch.Tensor, lines: list[_Line]) -> list:
+    """A batch's search controls from its lines' prefixes and constraints (steering.py)."""
+    if all(line.steering is None for line in lines):
+        return []
+    limits = max_output_lengths(model, src_mask, settings.max_len_a, settings.max_len_b).tolist()
+    steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
+    return search_controls(steerings, limits, numbers, src_mask.device)
+
+
+def _truncate(ids: list[int], limit: int, line_number: int) -> list[int]:
+    """Source ids longer than the model's `limit` positions cut to it (EOS kept last), with a warning."""
+    if len(ids) <= limit:
+        return ids
+    log.warning("line %d: %d source tokens, truncated to %d (the model's maximum)", line_number, len(ids), limit)
+    return ids[: limit - 1] + [EOS_ID]
+
+
+def _out_of_memory(settings: DecodeConfig, exc: BaseException, *, sentences: int, length: int) -> UserError:
+    beam = f", beam {settings.beam_size}" if settings.search == "beam" else ""
+    what = f"decoding a batch of {sentences} sentences of up to {length} source tokens{beam}"
+    limit = settings.max_tokens
+    if sentences == 1:  # no smaller batch to make
+        return out_of_memory(exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu")
+    return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
+                         f"{limit // 2}")  # fmt: skip
 
 
 def with_settings(translator: Translator, decode: DecodeConfig, *, seed: int = 1) -> Translator:

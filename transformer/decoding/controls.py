@@ -1,0 +1,132 @@
+"""Controls of the search: target prefixes and repetition blocking, and `Controls`, the one object through which
+greedy decoding, beam search and sampling (search.py) call them all. Lexical constraints are in constraints.py.
+
+Legend: B batch (sentences), V vocabulary, K beams per sentence, N = B*K rows, t tokens decoded so far.
+
+Every control has the interface of interface.py's `SearchControl`: `mask(log_probs, tokens, step)` once per step,
+after the model's `decode_step`, and the cache's moves `rerank_beams` / `keep_sentences`, forwarded as the
+ensemble's cache forwards them. A control that chooses beam search's candidates itself (dynamic beam allocation)
+also has `select` (`CandidateSelector`); at most one control of a search may. The search has no branch for any
+particular control.
+
+- `TargetPrefix`: each sentence's output starts with its given pieces (OpenNMT-py's and CTranslate2's
+  `target_prefix`): while step < len(prefix), every token but the prefix's next is -inf and the prefix's keeps its
+  log-probability, so a hypothesis's `log_prob` and score include the prefix's log-probability.
+- `NoRepeatNgram`: no n-gram of output pieces appears twice in a hypothesis (fairseq's, Hugging Face's and
+  CTranslate2's `no_repeat_ngram_size`): a token that would complete an n-gram already in the row's history is -inf.
+  BOS is not part of the history it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from transformer.decoding.candidates import select_top
+from transformer.decoding.interface import CandidateSelector
+
+NEG_INF = float("-inf")
+
+
+class RowSentences:
+    """Which input sentence each row holds, moved as the cache moves its rows: the base of per-sentence controls.
+
+    `sentence` (N,) long: row r holds sentence `sentence[r]` (an index into the lists the control was built with).
+    Subclasses that keep more per-row state move it in `moved(rows)`.
+    """
+
+    def __init__(self, sentences: int, device: torch.device | str = "cpu") -> None:
+        self.sentence = torch.arange(sentences, device=device)  # (N,) one row per sentence before the first move
+        self.sentences = sentences  # B, sentences in the batch now
+        self.beams = 1  # K rows per sentence
+
+    def rerank_beams(self, rows: torch.Tensor) -> None:
+        self.beams = rows.numel() // max(self.sentences, 1)
+        self.sentence = self.sentence.index_select(0, rows.to(self.sentence.device))
+        self.moved(rows)
+
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        if rows is None:
+            offsets = torch.arange(self.beams, device=sentences.device)  # (K,)
+            rows = (sentences[:, None] * self.beams + offsets).view(-1)  # (B'*K,)
+        self.sentences = sentences.numel()
+        self.rerank_beams(rows)
+
+    def moved(self, rows: torch.Tensor) -> None:
+        """Row i took row `rows[i]`: move any other per-row state (nothing here)."""
+
+
+class TargetPrefix(RowSentences):
+    """Forces each sentence's output to start with its prefix pieces (an empty list: no prefix); see the module
+    docstring. prefixes: B lists of target ids (no BOS)."""
+
+    def __init__(self, prefixes: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> None:
+        super().__init__(len(prefixes), device)
+        self.longest = max((len(p) for p in prefixes), default=0)
+        self.table = torch.full((len(prefixes), max(self.longest, 1)), -1, dtype=torch.long)  # (B, P), -1 = free
+        for b, pieces in enumerate(prefixes):
+            self.table[b, : len(pieces)] = torch.tensor(list(pieces), dtype=torch.long)
+        self.table = self.table.to(device)
+
+    def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        if step >= self.longest:
+            return log_probs
+        forced = self.table.index_select(0, self.sentence)[:, step : step + 1]  # (N, 1), -1 where free
+        index = forced.clamp(min=0)  # (N, 1)
+        only = torch.full_like(log_probs, NEG_INF).scatter_(1, index, log_probs.gather(1, index))  # (N, V)
+        return torch.where(forced >= 0, only, log_probs)  # (N, V)
+
+
+class NoRepeatNgram:
+    """Forbids a token that would repeat an n-gram of the row's output pieces (see the module docstring); holds no
+    state, the rows' histories are all it reads."""
+
+    def __init__(self, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"no_repeat_ngram_size must be >= 1, got {n}")
+        self.n = n
+
+    def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        history = tokens[:, 1:]  # (N, t) without BOS
+        n, t = self.n, history.size(1)
+        if t < n:  # no complete n-gram yet
+            return log_probs
+        windows = history.unfold(1, n, 1)  # (N, t-n+1, n): every n-gram so far
+        last = history[:, t - n + 1 :]  # (N, n-1): what the next token would complete
+        repeats = (windows[:, :, : n - 1] == last[:, None, :]).all(dim=2)  # (N, t-n+1)
+        rows, where = repeats.nonzero(as_tuple=True)
+        log_probs[rows, windows[rows, where, n - 1]] = NEG_INF
+        return log_probs
+
+    def rerank_beams(self, rows: torch.Tensor) -> None:
+        pass
+
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        pass
+
+
+class Controls:
+    """The controls of one search, called as one: `mask` runs each in turn, the moves reach each, and `select` is
+    the one `CandidateSelector` among them or the plain top 2K (candidates.py). No controls: `mask` returns its
+    input, so plain decoding pays one call per step."""
+
+    def __init__(self, controls: Sequence = ()) -> None:
+        self.controls = list(controls)
+        selectors = [c for c in self.controls if isinstance(c, CandidateSelector)]
+        if len(selectors) > 1:
+            raise ValueError("at most one control of a search may choose the candidates")
+        self.select = selectors[0].select if selectors else select_top
+
+    def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        for control in self.controls:
+            log_probs = control.mask(log_probs, tokens, step)
+        return log_probs
+
+    def rerank_beams(self, rows: torch.Tensor) -> None:
+        for control in self.controls:
+            control.rerank_beams(rows)
+
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        for control in self.controls:
+            control.keep_sentences(sentences, rows)
