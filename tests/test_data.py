@@ -202,29 +202,31 @@ def test_every_shipped_config_loads_and_its_local_files_exist(path):
 
 
 # ---------------------------------------------------------------------------------------------- streaming
-# The digests below were recorded with the in-memory preparation this streamed one replaced (commit 944949a, which
-# read each split whole into Python lists, encoded it and saved it with np.save): sha256 (first 16 hex digits) of
-# each file of each cache folder, for the bundled corpus with configs/demo.yaml's data settings and for
-# `synthetic_pairs` below. The streamed cache must be byte for byte the same, whatever the chunk sizes.
+# The digests below were recorded with the in-memory preparation this streamed one replaced (commit 72b6bd5, which
+# read each split whole into Python lists, encoded it and saved it with np.save; its meta.json has the <unk> report
+# and its SentencePiece models the byte-fallback setting): sha256 (first 16 hex digits) of each file of each cache
+# folder, for the bundled corpus with configs/demo.yaml's data settings and for `synthetic_pairs` below. The streamed
+# cache must be byte for byte the same, whatever the chunk sizes. (The token arrays' digests are also those of commit
+# 944949a, before the <unk> report and byte fallback.)
 
 BUNDLED = {
-    "tokenizer": {"src.model": "12dfd1928a9f1906"},
-    "train": {"meta.json": "4a18310188ff9192", "src_offsets.npy": "d9ce9240e8fca945",
+    "tokenizer": {"src.model": "71f25f7890ec15e8"},
+    "train": {"meta.json": "54598204cdc3c9c5", "src_offsets.npy": "d9ce9240e8fca945",
               "src_tokens.npy": "449313a8bb977f6e", "tgt_offsets.npy": "717d8bd218075331",
               "tgt_tokens.npy": "884bf8c4b50dea1f"},
-    "valid": {"meta.json": "d280a2a6ac471de1", "src_offsets.npy": "e6b39c77b7d215ac",
+    "valid": {"meta.json": "3164457c494a2d6f", "src_offsets.npy": "e6b39c77b7d215ac",
               "src_tokens.npy": "5afd87d29a073830", "text.json": "531f7f835eec2892",
               "tgt_offsets.npy": "4d68e05e1a19f1a8", "tgt_tokens.npy": "f0f8e71b7b04be8f"},
-    "test": {"meta.json": "f6bcb0b94806e905", "src_offsets.npy": "09498416b6065669",
+    "test": {"meta.json": "9a393b7c1b28b7fe", "src_offsets.npy": "09498416b6065669",
              "src_tokens.npy": "ada309fd3be2ce14", "text.json": "129784d8a3c966d6",
              "tgt_offsets.npy": "cae0ad2a4667daeb", "tgt_tokens.npy": "5883071d1377a80f"},
 }  # fmt: skip
 SYNTHETIC = {
-    "tokenizer": {"src.model": "555be8c279af9525"},
-    "train": {"meta.json": "c2721b7104daf635", "src_offsets.npy": "fa8e9997644459a4",
+    "tokenizer": {"src.model": "ee656fbe2af5dc95"},
+    "train": {"meta.json": "1e9132f778284bcc", "src_offsets.npy": "fa8e9997644459a4",
               "src_tokens.npy": "4f0df8dd40e7dfa8", "tgt_offsets.npy": "0b6a9707346e353b",
               "tgt_tokens.npy": "26aa8760397b364d"},
-    "valid": {"meta.json": "b3b86ee502b3f0f9", "src_offsets.npy": "ec28c5c789ff5a53",
+    "valid": {"meta.json": "a572f076bea853d7", "src_offsets.npy": "ec28c5c789ff5a53",
               "src_tokens.npy": "681e06339aea35f9", "text.json": "d66f44101960af1d",
               "tgt_offsets.npy": "397900ed3aa8731c", "tgt_tokens.npy": "b9c80cae94f8a0e0"},
 }  # fmt: skip
@@ -254,21 +256,12 @@ def synthetic_pairs(n: int, seed: int = 7) -> tuple[list[str], list[str]]:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _recorded_bytes(path: Path) -> bytes:
-    """A cache file's bytes as the recording had them: meta.json without the <unk> report (added since)."""
-    if path.name != "meta.json":
-        return path.read_bytes()
-    meta = json.loads(path.read_text("utf-8"))
-    meta.pop("unknown", None)
-    return json.dumps(meta, indent=1).encode()
-
-
 def cache_digests(paths: dict[str, str]) -> dict[str, dict[str, str]]:
     """The digests of each cache folder's files, less the lengths (stored since; checked against the offsets)."""
     digests = {}
     for name, folder in paths.items():
         files = sorted(p for p in Path(folder).iterdir() if not p.name.endswith("_lengths.npy"))
-        digests[name] = {p.name: hashlib.sha256(_recorded_bytes(p)).hexdigest()[:16] for p in files}
+        digests[name] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in files}
         if name != "tokenizer":
             offsets = [np.load(Path(folder) / f"{side}_offsets.npy") for side in ("src", "tgt")]
             assert np.array_equal(np.load(Path(folder) / "src_lengths.npy"), np.diff(offsets[0]))
