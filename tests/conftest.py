@@ -31,6 +31,15 @@ def random_tokens(batch: int, length: int, vocab: int = 23, seed: int = 0) -> to
     return torch.randint(4, vocab, (batch, length), generator=generator)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every test starts on one thread, whatever the last one left: CTranslate2's OpenMP runtime raises torch's
+    thread count in this process, and in-process runs are compared bit for bit with subprocess runs on one thread
+    (a different thread count splits the sums differently)."""
+    yield
+    torch.set_num_threads(1)
+
+
 @pytest.fixture
 def model() -> Transformer:
     return tiny_model()
