@@ -134,9 +134,6 @@ class ScriptedEngine:
         self.gate.set()
         self.calls: list[list[str]] = []
 
-    def supports(self, control: str) -> bool:
-        return False
-
     def count_tokens(self, lines: list[str]) -> int:
         return sum(len(line.split()) + 1 for line in lines)
 

@@ -85,12 +85,6 @@ def test_concurrent_requests_are_decoded_together_within_the_gathering_window():
         assert len(engine.calls) < 12 and sum(map(len, engine.calls)) == 24
 
 
-def test_controls_the_translator_lacks_are_refused_by_name():
-    with in_process(ScriptedEngine(), ServeConfig()) as port:
-        status, _, answer = call(port, "POST", "/api/translate", {"q": "a", "prefix": "b"})
-        assert status == 400 and "prefix is not supported" in answer["error"]
-
-
 class SteerableTranslator:
     """A Translator whose translate takes prefix=, constraints= and replace_unk= (as the steering controls do):
     records what it is given; each line's translation is its prefix + the line upper-cased."""

@@ -131,7 +131,7 @@ async def translate_native(request: Request) -> dict:
     service, serve = _service(request), _service(request).serve
     fields = await service.fields(request)
     lines, settings, controls = plan_native(
-        fields, service.engine.defaults, service.engine.supports, max_len_a=serve.max_len_a,
+        fields, service.engine.defaults, max_len_a=serve.max_len_a,
         max_len_b=serve.max_len_b, **service.limits,
     )  # fmt: skip
     return hypotheses(await service.decode(lines, settings, controls), settings.alignment)

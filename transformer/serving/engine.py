@@ -3,14 +3,12 @@
 Requests may change the search (beam size, length penalty, lengths, n-best, alignments) within the server's limits;
 `Translator.with_decode` gives a translator with those settings over the same model, and the last few such
 translators are kept (`VARIANTS`). Search controls that take one value per line (`CONTROLS`: prefix, constraints)
-and switches (`OPTIONS`: replace_unk) pass through to `Translator.translate` as keyword arguments when this
-version's `translate` accepts them (`Engine.supports`); otherwise a request naming one is refused. The model is used
+and switches (`OPTIONS`: replace_unk) pass through to `Translator.translate` as keyword arguments. The model is used
 by one thread at a time (`lock`): the batcher's worker, or an attention request.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -50,10 +48,6 @@ class Engine:
         self.attends = hasattr(translator.model, "decoder")  # one model: alignments and attention; an ensemble: not
         self.lock = threading.Lock()
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
-
-    def supports(self, control: str) -> bool:
-        """Whether this version's Translator.translate takes `control` (prefix=, constraints=, replace_unk=)."""
-        return control in inspect.signature(self.translator.translate).parameters
 
     def count_tokens(self, lines: list[str]) -> int:
         """Source tokens (pieces + EOS) of the non-empty lines: the gathering's budget counts these."""

@@ -3,8 +3,8 @@
 Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newlines inside), and optionally
 `beam_size`, `nbest`, `alpha`, `length_penalty`, `max_len_a`, `max_len_b`, `min_len` (DecodeConfig's fields, each
 within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
-controls of engine.CONTROLS where the Translator supports them (`prefix`: one string per line, "" for none;
-`constraints`: one list of strings per line, [] for none), `replace_unk` (true/false, likewise), and `api_key`.
+controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constraints`: one list of strings per
+line, [] for none), `replace_unk` (true/false), and `api_key`.
 Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
 `{"text", "score", "log_prob", "tokens"}` (the number of output pieces) and, with `alignment`, `"alignment":
 [[source word, target word], ...]`.
@@ -71,15 +71,13 @@ def _search(fields: dict, *, max_beam: int, max_len_a: float, max_len_b: int) ->
     return search
 
 
-def _controls(fields: dict, n_lines: int, single: bool, supports) -> dict[str, list]:
+def _controls(fields: dict, n_lines: int, single: bool) -> dict[str, list]:
     """The per-line search controls given: one entry per line of a list `q`; for a string `q`, its one entry."""
     controls = {}
     for name in CONTROLS:
         value = fields.get(name)
         if value is None:
             continue
-        if not supports(name):
-            raise ApiError(400, f"Invalid request: {name} is not supported by this server's Translator")
         entries = [value] if single else value
         if not isinstance(entries, list) or len(entries) != n_lines:
             raise _bad(name, f"a list with one entry per line of q ({n_lines})", value)
@@ -90,8 +88,8 @@ def _controls(fields: dict, n_lines: int, single: bool, supports) -> dict[str, l
     return controls
 
 
-def _options(fields: dict, supports) -> tuple[tuple[str, bool], ...]:
-    """The switches given (true/false), each one this server's Translator supports."""
+def _options(fields: dict) -> tuple[tuple[str, bool], ...]:
+    """The switches given (true/false)."""
     options = []
     for name in OPTIONS:
         value = fields.get(name)
@@ -99,13 +97,11 @@ def _options(fields: dict, supports) -> tuple[tuple[str, bool], ...]:
             continue
         if not isinstance(value, bool):
             raise _bad(name, "true or false", value)
-        if not supports(name):
-            raise ApiError(400, f"Invalid request: {name} is not supported by this server's Translator")
         options.append((name, value))
     return tuple(options)
 
 
-def plan_native(fields: dict, defaults: DecodeConfig, supports, *, max_lines: int, max_chars: int, max_beam: int,
+def plan_native(fields: dict, defaults: DecodeConfig, *, max_lines: int, max_chars: int, max_beam: int,
                 max_len_a: float, max_len_b: int) -> tuple[list[str], Settings, dict[str, list]]:  # fmt: skip
     """(lines, settings, per-line controls) of a native request, or the 400 naming its first problem."""
     unknown = sorted(set(fields) - set(FIELDS))
@@ -122,10 +118,10 @@ def plan_native(fields: dict, defaults: DecodeConfig, supports, *, max_lines: in
     layer = fields.get("alignment_layer")
     if layer is not None:
         integer_field(layer, "alignment_layer", -64, 63)
-    controls = _controls(fields, len(lines), isinstance(fields["q"], str), supports)
+    controls = _controls(fields, len(lines), isinstance(fields["q"], str))
     decode = tuple(sorted(search.items()))
     settings = Settings(decode=decode, nbest=nbest, alignment=alignment, alignment_layer=layer,
-                        controls=tuple(sorted(controls)), options=_options(fields, supports))  # fmt: skip
+                        controls=tuple(sorted(controls)), options=_options(fields))  # fmt: skip
     return lines, settings, controls
 
 
