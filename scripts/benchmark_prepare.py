@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="measurements of each tree and size")
     parser.add_argument("--work", type=Path, default=ROOT / "runs/benchmark_prepare", help="corpora and caches")
     args = parser.parse_args()
+    args.work = args.work.resolve()  # the runs start in each tree's folder
     trees = {"this": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     rows = []
     for pairs in args.pairs:

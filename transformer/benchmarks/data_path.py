@@ -69,7 +69,9 @@ def measure(source: Path, entry: str, args: list[str]) -> dict:
     """Run `transformer.commands.cli.<entry>(args)` from the tree `source` in a fresh process: its time and peaks."""
     env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-c", PROBE, entry, *args], env=env, capture_output=True, text=True)
+    # run from `source`: `python -c` puts the working folder first on sys.path, ahead of PYTHONPATH
+    run = subprocess.run([sys.executable, "-c", PROBE, entry, *args], env=env, cwd=source, capture_output=True,
+                         text=True)  # fmt: skip
     lines = [line for line in run.stdout.splitlines() if line.startswith("BENCH ")]
     if run.returncode or not lines:
         raise RuntimeError(f"{entry} failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
