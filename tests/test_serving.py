@@ -318,18 +318,24 @@ def test_bad_command_lines_are_one_line_and_exit_2(checkpoint, argv, message, ca
     assert message in err and err.startswith("error: ") and len(err.strip().splitlines()) == 1
 
 
+def _in_flight(served, texts: list[str]) -> tuple[list[threading.Thread], dict[int, object]]:
+    """One client thread per text, each posting it to /translate; returns once all of them wait in the queue."""
+    answers: dict[int, object] = {}
+    clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, post(served, "/translate",
+               {"q": texts[n], **LANGS}))) for n in range(len(texts))]  # fmt: skip
+    for c in clients:
+        c.start()
+    deadline = time.monotonic() + 20
+    while call(served.port, "GET", "/metrics")[2]["queue_lines"] < len(texts) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return clients, answers
+
+
 def test_sigterm_answers_every_accepted_request_then_exits_0(checkpoint, tmp_path, oracle):
     args = ["--checkpoint", str(checkpoint), "--batch-wait-ms", "1500", "--batch-tokens", "100000"]
     served = Served(args, tmp_path / "log")  # requests wait 1.5 s for others: they are in flight at SIGTERM
     texts = sentences(8, seed=21)
-    answers: dict[int, object] = {}
-    clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, post(served, "/translate",
-               {"q": texts[n], **LANGS}))) for n in range(8)]  # fmt: skip
-    for c in clients:
-        c.start()
-    deadline = time.monotonic() + 20
-    while call(served.port, "GET", "/metrics")[2]["queue_lines"] < 8 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    clients, answers = _in_flight(served, texts)
     assert served.stop() == 0  # SIGTERM with 8 requests admitted and not yet decoded
     for c in clients:
         c.join(30)
@@ -368,14 +374,7 @@ def test_a_full_queue_answers_503_with_retry_after(checkpoint, tmp_path, oracle)
     served = Served(args, tmp_path / "log")  # admitted requests wait 3 s for others: the queue stays full meanwhile
     try:
         texts = sentences(4, seed=31)
-        answers: dict[int, object] = {}
-        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, post(served, "/translate",
-                   {"q": texts[n], **LANGS}))) for n in range(4)]  # fmt: skip
-        for c in clients:
-            c.start()
-        deadline = time.monotonic() + 20
-        while call(served.port, "GET", "/metrics")[2]["queue_lines"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        clients, answers = _in_flight(served, texts)
         status, headers, answer = post(served, "/translate", {"q": "one too many", **LANGS})
         assert status == 503 and headers["retry-after"] == "1" and "retry later" in answer["error"]
         for c in clients:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_checkpoint import sentences
+from tiny_checkpoint import sentences, train_step
 
 from transformer.api import Translator
 from transformer.checkpoint import model_state, save_checkpoint
@@ -18,7 +18,6 @@ from transformer.data.coverage import unknown_share
 from transformer.data.tokenizer import PAD_ID, Tokenizer
 from transformer.decoding.unknown_words import copied_text, replace_unk
 from transformer.model.transformer import Transformer
-from transformer.training.loss import label_smoothed_loss
 
 RARE = ["★", "☂", "♞", "♫", "☯"]  # 3 UTF-8 bytes each; in the training text of the copy models, never in the vocab
 
@@ -57,10 +56,7 @@ def train_copy_model(folder: Path, tokenizer: Tokenizer, texts: list[str], steps
         for b, row in enumerate(batch):
             x[b, : len(row) + 1] = torch.tensor(row + [3])
             y[b, : len(row) + 2] = torch.tensor([2] + row + [3])
-        loss, _ = label_smoothed_loss(model(x, y[:, :-1]), y[:, 1:], epsilon=0.1, pad_id=PAD_ID)
-        optimizer.zero_grad()
-        (loss / (y[:, 1:] != PAD_ID).sum()).backward()
-        optimizer.step()
+        train_step(model, optimizer, x, y)
     save_checkpoint(model_state(model.eval(), config, tokenizer), folder / "checkpoint.pt")
     return folder / "checkpoint.pt"
 

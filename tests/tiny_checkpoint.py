@@ -66,13 +66,21 @@ def build(folder: Path) -> dict[str, Path]:
     return {"checkpoint": folder / "checkpoint.pt", "src": folder / "test.src", "ref": folder / "test.ref"}
 
 
+def train_step(model, optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One teacher-forced update: x (B, S) sources, y (B, T+1) BOS + target + EOS, label smoothing 0.1."""
+    from transformer.training.loss import label_smoothed_loss
+
+    loss, _ = label_smoothed_loss(model(x, y[:, :-1]), y[:, 1:], epsilon=0.1, pad_id=PAD_ID)
+    optimizer.zero_grad()
+    (loss / (y[:, 1:] != PAD_ID).sum()).backward()
+    optimizer.step()
+
+
 def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int = 150) -> Path:
     """A tiny model trained for a few seconds to reverse word order, so its outputs are peaked and varied.
 
     Dimensions all differ (d_model 24, 2 heads, d_ff 40, 2 + 3 layers). Written to folder/checkpoint.pt.
     """
-    from transformer.training.loss import label_smoothed_loss
-
     src, tgt = sentences(2000, seed=5), None
     tgt = [" ".join(reversed(s.split())) for s in src]
     config = from_dict({
@@ -97,10 +105,7 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
         for b, i in enumerate(batch):
             x[b, : len(src_ids[i])] = torch.tensor(src_ids[i])
             y[b, : len(tgt_ids[i]) + 2] = torch.tensor([2] + tgt_ids[i] + [3])
-        loss, _ = label_smoothed_loss(model(x, y[:, :-1]), y[:, 1:], epsilon=0.1, pad_id=PAD_ID)
-        optimizer.zero_grad()
-        (loss / (y[:, 1:] != PAD_ID).sum()).backward()
-        optimizer.step()
+        train_step(model, optimizer, x, y)
     save_checkpoint(model_state(model.eval(), config, tokenizer), folder / "checkpoint.pt")
     return folder / "checkpoint.pt"
 
