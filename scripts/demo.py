@@ -5,16 +5,18 @@
 The budget is a total: everything from `--started-at` (`make demo` passes the time before `make setup`) to the
 scores fits in it. Stages, each visible and each header showing the budget left: SentencePiece training and
 encoding (cached); training with a progress bar for whatever is left once the work after it has been estimated
-(`transformer/training/budget.py`; `--time` fixes it instead); `transformer-evaluate --checkpoint
-<out>/checkpoint_last.pt` itself (beam search over the whole test split, hypotheses in
-<out>/checkpoint_last.test.hyp, sacreBLEU's report); Spanish test verses beside the reference and the model's
-English, then BLEU and chrF. Uses a GPU when there is one.
+(`transformer/training/budget.py`; `--time` fixes it instead), writing the checkpoints that the paper's
+averaging needs; their average, <out>/averaged.pt (`--average 1`: the final checkpoint alone); `transformer-evaluate
+--checkpoint <out>/averaged.pt` itself (beam search over the whole test split, hypotheses in
+<out>/averaged.test.hyp, sacreBLEU's report); Spanish test verses beside the reference and the model's English,
+then BLEU and chrF. Uses a GPU when there is one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import textwrap
 import time
@@ -28,6 +30,12 @@ from transformer.errors import UserError
 # (an older 2-core CPU), 22.3 against 20.8 in that of 3,300, 21.9 against 23.2 in that of 6,000 (a fast one); the
 # difference crosses zero near 4,500 (docs/demo-tuning.md, "For the machine at hand").
 SMALL_PRESET_BELOW = 4500
+
+# The paper's checkpoint averaging (section 6.1: the base models averaged the last 5 checkpoints, written at
+# 10-minute intervals): the demo writes a checkpoint every AVERAGE_EVERY of its training time and scores the mean of
+# the last AVERAGE_LAST, the final one included. Chosen on the dev books (docs/demo-tuning.md, "Averaging").
+AVERAGE_LAST = 3
+AVERAGE_EVERY = 0.2
 
 
 def _banner(text: str) -> None:
@@ -78,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
                         f"{SMALL_PRESET_BELOW:,} updates in the time it has (probed on this machine)")  # fmt: skip
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--examples", type=int, default=5, help="test verses to show")
+    parser.add_argument("--average", type=int, default=AVERAGE_LAST, help="score the average of the last N "
+                        "checkpoints (the final one included; 1 = the final checkpoint alone)")  # fmt: skip
+    parser.add_argument("--average-every", type=float, default=AVERAGE_EVERY,
+                        help="the averaged checkpoints' spacing, as a share of the training time")  # fmt: skip
     return parser
 
 
@@ -93,30 +105,58 @@ def _after_training(config, data, device) -> float:
 
 
 def _preset(args, config, data, device, seconds: float):
-    """(the config to train, a line saying why): --small-config when --config would make fewer than
-    `SMALL_PRESET_BELOW` updates in `seconds`, its update rate probed on this machine now (budget.update_rate)."""
+    """(the config to train, a line saying why, its update rate): --small-config when --config would make
+    fewer than `SMALL_PRESET_BELOW` updates in `seconds`, its update rate probed on this machine now: the median of
+    three readings (budget.update_rates)."""
     from transformer.config import load_config
-    from transformer.training.budget import update_rate
+    from transformer.training.budget import update_rates
 
-    if not args.small_config:
-        return config, args.config
-    rate = update_rate(config, data, device)
-    expected = f"{args.config} trains {rate:.1f} updates/s here: about {rate * seconds:,.0f} updates"
-    if rate * seconds >= SMALL_PRESET_BELOW:
-        return config, f"{args.config} ({expected})"
+    rates = update_rates(config, data, device)
+    rate = statistics.median(rates)
+    readings = ", ".join(f"{r:.1f}" for r in rates)
+    expected = f"{rate:.1f} updates/s here (median of {readings}): about {rate * seconds:,.0f} updates"
+    if not args.small_config or rate * seconds >= SMALL_PRESET_BELOW:
+        return config, f"{args.config} ({expected})", rate
     small = load_config(args.small_config, [f"train.out_dir={args.out}", *args.overrides])
-    return small, f"{args.small_config} ({expected}, fewer than {SMALL_PRESET_BELOW:,}: the smaller model learns more)"
+    small_rate = statistics.median(update_rates(small, data, device))  # probed too: its prediction is checked
+    why = (f"{args.small_config} ({args.config} would train {expected}, fewer than {SMALL_PRESET_BELOW:,}: the "
+           f"smaller model learns more; it trains {small_rate:.1f} updates/s)")  # fmt: skip
+    return small, why, small_rate
 
 
-def _score_test(args, config, result: dict, budget) -> int:
-    """Stages 3 and 4: `transformer-evaluate --checkpoint <out>/checkpoint_last.pt --json <out>/scores.json` itself
+def _steps_to_average(steps: list[int], last: int, every: float) -> list[int]:
+    """The final step and the `last` - 1 before it, newest first, each at least half an interval (`every` of the
+    training, in updates) before the one kept after it: a timed checkpoint written just before the final one (the
+    clock's last tick) is passed over. Returned oldest first."""
+    gap = every * steps[-1] / 2
+    chosen = [steps[-1]]
+    for step in reversed(steps[:-1]):
+        if len(chosen) < last and chosen[-1] - step >= gap:
+            chosen.append(step)
+    return chosen[::-1]
+
+
+def _average(out: Path, last: int, every: float) -> tuple[Path, list[int]]:
+    """The paper's checkpoint averaging (section 6.1): <out>/averaged.pt, the mean of the final checkpoint and the
+    ones before it that `_steps_to_average` picks. Returns the path and the steps averaged."""
+    from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
+
+    found = {int(p.stem.split("_")[1]): p for p in numbered_checkpoints(out)}
+    steps = _steps_to_average(sorted(found), last, every)
+    averaged = out / "averaged.pt"
+    save_checkpoint(average_checkpoints([found[s] for s in steps]), averaged)
+    return averaged, steps
+
+
+def _score_test(args, config, result: dict, budget, checkpoint: Path, extra: dict) -> int:
+    """Stages 3 and 4: `transformer-evaluate --checkpoint <checkpoint> --json <out>/scores.json` itself
     (cli.evaluate_main: beam search over the test split, its hypotheses next to the checkpoint, its report), then a
     few test verses from its hypotheses file and its BLEU and chrF; evaluate's exit code."""
     from transformer.commands.cli import evaluate_main
     from transformer.data.corpus import load_pairs
 
     out = Path(args.out)
-    checkpoint, scores_json = out / "checkpoint_last.pt", out / "scores.json"
+    scores_json = out / "scores.json"
     _banner(f"3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint {checkpoint} "
             f"(beam {config.decode.beam_size}; {budget.describe()})")  # fmt: skip
     code = evaluate_main(["--checkpoint", str(checkpoint), "--json", str(scores_json)])
@@ -128,16 +168,14 @@ def _score_test(args, config, result: dict, budget) -> int:
 
     _banner(f"4. Scores on {len(references)} test verses ({budget.describe()})")
     _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
-    print(f"BLEU {record['bleu']:.1f}  {record['bleu_signature']}")
-    print(f"chrF {record['chrf']:.1f}  {record['chrf_signature']}")
     record |= {"updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
-               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60}  # fmt: skip
+               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60, **extra}  # fmt: skip
     scores_json.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     since = "setup included" if args.started_at else "since this script started"
-    print(
-        f"total {record['total_minutes']:.1f} min of the {args.budget} budget ({since}); hypotheses, scores.json "
-        f"and curves.png in {args.out}"
-    )
+    print(f"BLEU {record['bleu']:.1f}  {record['bleu_signature']}")  # the shipped model's: the last BLEU line
+    print(f"chrF {record['chrf']:.1f}  {record['chrf_signature']}")
+    print(f"total {record['total_minutes']:.1f} min of the {args.budget} budget ({since}); {checkpoint.name}, its "
+          f"hypotheses, scores.json and curves.png in {args.out}")  # fmt: skip
     return 0
 
 
@@ -164,16 +202,26 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{args.config} has no data.test split to score the demo on")
     after = _after_training(config, data, device)
     training_time = lambda: parse_duration(args.time) if args.time else budget.training_seconds(after=after)
-    config, preset = _preset(args, config, data, device, training_time())
+    config, preset, rate = _preset(args, config, data, device, training_time())
     seconds = training_time()  # what is left once the probes are done
     config = config.replace("train", max_time=f"{seconds:.1f}s")
+    if args.average > 1:  # a checkpoint every AVERAGE_EVERY of the training time, the last `average` kept
+        config = config.replace("train", save_every=0, save_every_minutes=args.average_every * seconds / 60,
+                                keep_last=args.average + 1)  # fmt: skip
+    expected = rate * seconds
 
     _banner(f"2. Training {preset} for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for "
             "scoring)")  # fmt: skip
     result = Trainer(config).run()
-    print(f"trained {result['step']} updates in {result['elapsed'] / 60:.1f} min ({result['reason']})")
-
-    return _score_test(args, config, result, budget)
+    made = result["step"]
+    print(f"trained {made:,} updates in {result['elapsed'] / 60:.1f} min ({result['reason']}); the probe predicted "
+          f"{expected:,.0f} ({(made - expected) / max(expected, 1):+.1%})")  # fmt: skip
+    checkpoint, extra = Path(args.out) / "checkpoint_last.pt", {"predicted_updates": round(expected)}
+    if args.average > 1:
+        checkpoint, steps = _average(Path(args.out), args.average, args.average_every)
+        print(f"averaged the checkpoints of updates {', '.join(f'{s:,}' for s in steps)} into {checkpoint}")
+        extra["averaged_updates"] = steps
+    return _score_test(args, config, result, budget, checkpoint, extra)
 
 
 if __name__ == "__main__":

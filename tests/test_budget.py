@@ -76,10 +76,11 @@ def test_the_update_rate_probe_times_training_and_leaves_the_random_state(tmp_pa
 
     from transformer.config import load_config
     from transformer.data.prepare import prepare_data
-    from transformer.training.budget import update_rate
+    from transformer.training.budget import update_rates
 
     config = load_config("tiny", [f"data.cache_dir={tmp_path / 'cache'}"])
     data = prepare_data(config)
     state = torch.get_rng_state()
-    assert update_rate(config, data, torch.device("cpu"), updates=3, warmup=1) > 0
+    rates = update_rates(config, data, torch.device("cpu"), updates=3, rounds=3, warmup=1)
+    assert len(rates) == 3 and min(rates) > 0
     assert torch.equal(torch.get_rng_state(), state)

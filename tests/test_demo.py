@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left",
-                  "2. Training configs/tiny.yaml for 0.1 min",
+                  "2. Training configs/tiny.yaml (", " updates/s here (median of ", "for 0.1 min (",
                   "3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint",
                   "4. Scores on 40 test verses"):  # fmt: skip
         assert stage in result.stdout
@@ -34,25 +35,48 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     assert "es  | " in stage_4 and "ref | " in stage_4 and "mt  | " in stage_4
     scores = json.loads((out / "scores.json").read_text())
     assert scores["reason"] == "max_time" and scores["budget_minutes"] == 15
-    hypotheses = (out / "checkpoint_last.test.hyp").read_text(encoding="utf-8")
-    assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "checkpoint_last.test.hyp")
-    assert {"checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
+    hypotheses = (out / "averaged.test.hyp").read_text(encoding="utf-8")
+    assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "averaged.test.hyp")
+    assert {"averaged.pt", "checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
+    # the shipped model is the mean of the last 3 checkpoints (a checkpoint every 0.2 of the 3 s), the final one
+    # among them; the probe's prediction is printed beside the updates made
+    steps = scores["averaged_updates"]
+    assert len(steps) == 3 and steps == sorted(steps) and steps[-1] == scores["updates"]
+    assert f"averaged the checkpoints of updates {', '.join(f'{s:,}' for s in steps)} into " in result.stdout
+    assert f"the probe predicted {scores['predicted_updates']:,}" in result.stdout
+    from transformer.checkpoint import average_checkpoints, load_checkpoint
+
+    expected = average_checkpoints([out / f"checkpoint_{s}.pt" for s in steps])["model"]
+    shipped = load_checkpoint(out / "averaged.pt")["model"]
+    assert all(torch.equal(shipped[k], expected[k]) for k in expected)
     # the last lines: BLEU and chrF, as the scores file has them
     assert f"\nBLEU {scores['bleu']:.1f}  {scores['bleu_signature']}\n" in stage_4
     assert f"\nchrF {scores['chrf']:.1f}  {scores['chrf_signature']}\n" in stage_4
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
-    # `transformer-evaluate --checkpoint <out>/checkpoint_last.pt` run afresh: the same hypotheses file, scores and
+    # `transformer-evaluate --checkpoint <out>/averaged.pt` run afresh: the same hypotheses file, scores and
     # signatures, and the same report the demo printed in stage 3
     from transformer.commands.cli import evaluate_main
 
-    assert evaluate_main(["--checkpoint", str(out / "checkpoint_last.pt"), "--json", str(tmp_path / "eval.json")]) == 0
+    assert evaluate_main(["--checkpoint", str(out / "averaged.pt"), "--json", str(tmp_path / "eval.json")]) == 0
     report = capsys.readouterr().out
     evaluated = json.loads((tmp_path / "eval.json").read_text())
-    assert (out / "checkpoint_last.test.hyp").read_text(encoding="utf-8") == hypotheses
+    assert (out / "averaged.test.hyp").read_text(encoding="utf-8") == hypotheses
     assert evaluated == {k: v for k, v in scores.items() if k in evaluated}
-    assert set(scores) - set(evaluated) == {"updates", "reason", "train_minutes", "total_minutes", "budget_minutes"}
+    assert set(scores) - set(evaluated) == {"updates", "reason", "train_minutes", "total_minutes", "budget_minutes",
+                                            "predicted_updates", "averaged_updates"}  # fmt: skip
     assert report.strip() in result.stdout.split("3. Translating")[1]
+
+
+@pytest.mark.parametrize("steps, expected", [
+    ([900, 1800, 2700, 3600, 4500], [2700, 3600, 4500]),  # evenly spaced: the last three
+    ([900, 1800, 2700, 3600, 4480, 4500], [2700, 3600, 4500]),  # the clock's last tick, 20 updates early: passed over
+    ([4500], [4500]),  # one checkpoint: itself
+    ([2000, 4500], [2000, 4500]),
+])  # fmt: skip
+def test_the_averaged_checkpoints_are_the_final_one_and_those_an_interval_apart(steps, expected):
+    """A checkpoint every 0.2 of the training, the last 3 averaged: half an interval is 0.1 x 4,500 = 450 updates."""
+    assert _demo_module()._steps_to_average(steps, 3, 0.2) == expected
 
 
 def test_example_labels_follow_the_source_language(capsys):
@@ -76,7 +100,6 @@ def _demo_module():
 def test_the_small_preset_is_trained_when_the_config_would_make_too_few_updates(tmp_path, threshold, picked):
     """The probe's rate times the training time against SMALL_PRESET_BELOW: no machine makes 10^9 updates in a
     minute, every machine makes at least 0."""
-    import torch
 
     from transformer.config import load_config
     from transformer.data.prepare import prepare_data
@@ -89,7 +112,7 @@ def test_the_small_preset_is_trained_when_the_config_would_make_too_few_updates(
                                       "--small-config", str(tmp_path / "small.yaml"), "--set", cache])  # fmt: skip
     config = load_config(args.config, [f"train.out_dir={args.out}", cache])
     data = prepare_data(config)
-    chosen, why = demo._preset(args, config, data, torch.device("cpu"), 60.0)
-    assert why.startswith(str(tmp_path / picked) if picked == "small.yaml" else args.config)
+    chosen, why, rate = demo._preset(args, config, data, torch.device("cpu"), 60.0)
+    assert why.startswith(str(tmp_path / picked) if picked == "small.yaml" else args.config) and rate > 0
     assert chosen.model.d_model == (16 if picked == "small.yaml" else 32)
-    assert chosen.train.out_dir == str(tmp_path / "out") and "updates/s here: about" in why
+    assert chosen.train.out_dir == str(tmp_path / "out") and "updates/s here (median of " in why

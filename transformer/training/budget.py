@@ -8,11 +8,12 @@ been estimated (beam search timed on a sample of the test split, on this machine
 
     budget = TimeBudget(total=900.0, started=start_of_make_demo)
     seconds = budget.training_seconds(after=estimate_after_training(1635, probe_seconds_per_sentence=0.06))
-    expected_updates = update_rate(config, data, device) * seconds
+    expected_updates = statistics.median(update_rates(config, data, device)) * seconds
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,10 +83,12 @@ class TimeBudget:
         return f"{self.left() / 60:.1f} of {self.total / 60:.1f} min left"
 
 
-def update_rate(config, data, device, *, updates: int = 16, warmup: int = 4) -> float:
-    """Training updates per second of `config` on this machine, now: a scratch model trained `warmup` + `updates`
-    updates on batches of the train split (`data`, as `prepare_data` gives it), the last `updates` timed. The random
-    state is restored afterwards, so the run that follows trains as if there had been no probe."""
+def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, warmup: int = 4) -> list[float]:
+    """Training updates per second of `config` on this machine, now, in `rounds` readings: a scratch model trained
+    `warmup` untimed updates, then `rounds` rounds of `updates` updates each timed on their own, on batches of the
+    train split (`data`, as `prepare_data` gives it; each round on new batches). Take the median: one reading can
+    be off by a fifth on a machine whose speed wanders (a 2-core AMD EPYC Zen 3 read 4.7 and 5.9 updates/s in two
+    runs). The random state is restored afterwards, so the run that follows trains as if there had been no probe."""
     import torch
 
     from transformer.data.batching import collate
@@ -97,19 +100,23 @@ def update_rate(config, data, device, *, updates: int = 16, warmup: int = 4) -> 
 
     cfg, split = config.train, data.splits["train"]
     precision = resolve_precision(cfg.precision, device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
+    rates = []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         vocab = dict(src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size)
         model = Transformer.from_config(config.model, **vocab, pad_id=PAD_ID).to(device)
         optimizer = optim.make_optimizer(model, cfg)
         scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         sampler, accumulation = make_sampler(config, data, 0, 1)
-        batches = iter(sampler)
-        for i in range(warmup + updates):
-            if i == warmup:
+        batches = itertools.chain.from_iterable(iter(sampler) for _ in itertools.count())  # epoch after epoch
+        for i in range(warmup + rounds * updates):
+            if i >= warmup and (i - warmup) % updates == 0:
+                sync(device)
                 start = time.perf_counter()
             micro = [collate(split, next(batches)).to(device) for _ in range(accumulation)]
             optim.train_update(model, micro, optimizer, lr=optim.learning_rate(i + 1, cfg, config.model), train=cfg,
                                precision=precision, scaler=scaler, pad_id=PAD_ID)  # fmt: skip
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    return updates / (time.perf_counter() - start)
+            if i >= warmup and (i - warmup) % updates == updates - 1:
+                sync(device)
+                rates.append(updates / (time.perf_counter() - start))
+    return rates
