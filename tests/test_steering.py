@@ -124,9 +124,9 @@ def test_cli_prefix_constraints_blocking_and_nbest(tiny, capsys, tmp_path):
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(c) for c in CONSTRAINTS) + "\n", encoding="utf-8")
     common = ["--checkpoint", tiny["checkpoint"], "--device", "cpu", "--input", tmp_path / "in.txt", "--beam", 4]
     steer = ["--prefix-file", tmp_path / "prefix.txt", "--constraints-file", tmp_path / "c.jsonl", "--max-len-b", 12]
-    code, out, _ = run(capsys, tmp_path, *common, *steer, "--no-repeat-ngram-size", 2)
+    code, out, _ = run(capsys, tmp_path, *common, *steer, "--no-repeat-ngram-size", 2, "--constraint-beam", 5)
     api = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=4, max_len_b=12,
-                                     no_repeat_ngram_size=2)  # fmt: skip
+                                     no_repeat_ngram_size=2, constraint_beam_size=5)  # fmt: skip
     assert code == 0 and out == api.translate(LINES, prefix=PREFIXES, constraints=CONSTRAINTS)
     code, out, _ = run(capsys, tmp_path, *common, *steer, "--nbest", 2, "--alignment")
     assert code == 0 and len(out) == 7 and all(len(line.split(" ||| ")) == 4 for line in out)

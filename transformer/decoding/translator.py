@@ -13,6 +13,8 @@ Decisions:
   precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
   it. The decoder's log-probabilities are float32 either way.
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
+- Lines with lexical constraints are searched apart from the other lines of their batch, with a beam of
+  max(decode.beam_size, decode.constraint_beam_size) (`_search_groups`); a batch without them is searched as before.
 - Word alignments (`translate(..., alignment=True)`): one teacher-forced pass per batch after the search
   (alignment.py), so the search runs as without them.
 """
@@ -132,30 +134,24 @@ class Translator:
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
             lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]
-            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch], layer, lines)):
-                results[todo[j]] = translations
+            for settings, group in _search_groups(self.settings, lines):  # those with constraints: a wider beam
+                found = self._translate_batch([encoded[batch[g]] for g in group], layer, [lines[g] for g in group],
+                                              settings)  # fmt: skip
+                for g, translations in zip(group, found):
+                    results[todo[batch[g]]] = translations
             progress(len(batch))
         return results
 
     def _translate_batch(
-        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None
-    ) -> list[list[Translation]]:
+        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None,
+        settings: DecodeConfig | None = None,
+    ) -> list[list[Translation]]:  # fmt: skip
         """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s, with their word
         alignments from decoder layer `layer` unless it is None; lines: the sentences' line numbers, prefixes and
-        constraints, and (for replace_unk) their source pieces' characters. The sentences with constraints are
-        searched as their own group with a wider beam (`_search_groups`)."""
+        constraints, and (for replace_unk) their source pieces' characters; settings: the search's (by default the
+        translator's; `_search_groups`)."""
+        settings = settings or self.settings
         lines = lines or [_Line(0, None, None)] * len(sources)
-        results: list[list[Translation]] = [[] for _ in sources]
-        for settings, group in _search_groups(self.settings, lines):
-            found = self._search([sources[b] for b in group], layer, [lines[b] for b in group], settings)
-            for b, translations in zip(group, found):
-                results[b] = translations
-        return results
-
-    def _search(
-        self, sources: list[list[int]], layer: int | None, lines: list[_Line], settings: DecodeConfig
-    ) -> list[list[Translation]]:
-        """`_translate_batch` for sentences searched alike, with `settings`."""
         B, S = len(sources), max(len(ids) for ids in sources)
         src = _padded(sources, self.model.pad_id).to(self.device)  # (B, S)
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
