@@ -62,6 +62,32 @@ def test_constraints_with_nbest_alignments_and_an_ensemble(tiny):
     assert [[h.tokens for h in hyps] for hyps in same] == [[h.tokens for h in hyps] for hyps in results]
 
 
+def test_lines_with_constraints_are_searched_with_the_wider_beam_and_free_lines_as_before(tiny):
+    """At beam 3 with constraint_beam_size 6, the lines with constraints decode as a beam-6 search of them alone,
+    the free lines (with or without a prefix) of the same call as a beam-3 search; n-best stays 2; with
+    constraint_beam_size 1 the constrained lines get beam 3."""
+    lines = read_lines(tiny["src"])[:8] + LINES
+    constraints = [["cat"], [], ["dog"], []] * 2 + CONSTRAINTS
+    prefixes = ["", "the", "", ""] * 2 + PREFIXES
+    steered = [i for i, c in enumerate(constraints) if c]
+    for wide, beam_of_steered in ((6, 6), (1, 3)):
+        t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=12,
+                                       constraint_beam_size=wide)  # fmt: skip
+        got = t.translate(lines, nbest=2, constraints=constraints, prefix=prefixes)
+        free = t.translate(lines, nbest=2, prefix=prefixes)
+        alone = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=beam_of_steered, max_len_b=12,
+                                           constraint_beam_size=1)  # fmt: skip
+        wanted = alone.translate([lines[i] for i in steered], nbest=2, constraints=[constraints[i] for i in steered],
+                                 prefix=[prefixes[i] for i in steered])  # fmt: skip
+        assert all(len(hyps) == 2 for hyps, line in zip(got, lines) if line.strip())
+        assert [tokens(got[i]) for i in steered] == [tokens(hyps) for hyps in wanted]
+        assert all(tokens(got[i]) == tokens(free[i]) for i in range(len(lines)) if i not in steered)
+
+
+def tokens(hyps) -> list[list[int]]:
+    return [h.tokens for h in hyps]
+
+
 def test_infeasible_constraints_are_reported(tiny, caplog):
     t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=2, max_len_b=3, max_len_a=0)
     with caplog.at_level(logging.WARNING):
@@ -98,9 +124,9 @@ def test_cli_prefix_constraints_blocking_and_nbest(tiny, capsys, tmp_path):
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(c) for c in CONSTRAINTS) + "\n", encoding="utf-8")
     common = ["--checkpoint", tiny["checkpoint"], "--device", "cpu", "--input", tmp_path / "in.txt", "--beam", 4]
     steer = ["--prefix-file", tmp_path / "prefix.txt", "--constraints-file", tmp_path / "c.jsonl", "--max-len-b", 12]
-    code, out, _ = run(capsys, tmp_path, *common, *steer, "--no-repeat-ngram-size", 2)
+    code, out, _ = run(capsys, tmp_path, *common, *steer, "--no-repeat-ngram-size", 2, "--constraint-beam", 5)
     api = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=4, max_len_b=12,
-                                     no_repeat_ngram_size=2)  # fmt: skip
+                                     no_repeat_ngram_size=2, constraint_beam_size=5)  # fmt: skip
     assert code == 0 and out == api.translate(LINES, prefix=PREFIXES, constraints=CONSTRAINTS)
     code, out, _ = run(capsys, tmp_path, *common, *steer, "--nbest", 2, "--alignment")
     assert code == 0 and len(out) == 7 and all(len(line.split(" ||| ")) == 4 for line in out)

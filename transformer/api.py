@@ -97,8 +97,8 @@ class Translator:
         prefix: one text per input ("" = none; a str for a str input): each output starts with its pieces, and
         scores include their log-probability. constraints: one list of phrases per input ([] = none; a list of
         str for a str input): each output contains every phrase, in any order (beam search: dynamic beam
-        allocation, decoding/constraints.py). replace_unk: each <unk> of an output becomes the source text it is
-        aligned to (decoding/unknown_words.py).
+        allocation, decoding/constraints.py, at a beam of max(beam_size, constraint_beam_size)). replace_unk: each
+        <unk> of an output becomes the source text it is aligned to (decoding/unknown_words.py).
         """
         if isinstance(texts, str):
             texts = [texts]

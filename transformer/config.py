@@ -223,6 +223,7 @@ class DecodeConfig:
     min_len: int = 0  # EOS is forbidden before this many output tokens
     no_repeat_ngram_size: int = 0  # no n-gram of output pieces twice in a hypothesis, n in pieces (0 = off)
     nbest: int = 1  # hypotheses returned per sentence
+    constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
     sampling: bool = False  # sample instead of searching (not in the paper)
     temperature: float = 1.0  # sampling temperature
@@ -238,6 +239,9 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         _require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
         _require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")
+        _require(
+            self.constraint_beam_size >= 1, f"decode.constraint_beam_size must be >= 1, got {self.constraint_beam_size}"
+        )
         _require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
         _require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
         _require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")

@@ -180,6 +180,8 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
                        "each translation starts with it")  # fmt: skip
     steer.add_argument("--constraints-file", metavar="F", help="one JSON list of phrases per input line ([] = none) "
                        "that the translation must contain, in any order (beam search)")  # fmt: skip
+    steer.add_argument("--constraint-beam", type=count(1), metavar="N", help="the beam of lines with constraints: "
+                       "at least N (default: the config's decode.constraint_beam_size, 10)")  # fmt: skip
     steer.add_argument("--replace-unk", action="store_true", help="replace each <unk> of a translation with the "
                        "source text it is aligned to (last decoder layer; an ensemble: its first model)")  # fmt: skip
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")

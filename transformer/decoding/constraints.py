@@ -21,6 +21,9 @@ How:
   round robin over the banks, from the fullest bank down (Hu et al.'s "stripes"), so every bank keeps places in the
   beam; beam search keeps the first K that are not EOS and finishes an EOS among the first K (search.py).
 - A sentence without constraints gets the plain top 2K, unchanged.
+- The banks share the beam, so K must be wider than for plain search (Post & Vilar: larger than the constraint
+  pieces; they decode with beams of 10 to 20): the translator searches the sentences with constraints apart, with
+  a beam of max(beam_size, decode.constraint_beam_size) (translator.py's `_search_groups`).
 - Feasibility (whether the phrases fit the maximum output length) is checked by the caller (translator.py), which
   reports the sentences whose phrases cannot fit; a search that reaches the maximum length before meeting them
   all ends as it is (search.py), and the caller reports it.

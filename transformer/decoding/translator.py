@@ -13,6 +13,8 @@ Decisions:
   precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
   it. The decoder's log-probabilities are float32 either way.
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
+- Lines with lexical constraints are searched apart from the other lines of their batch, with a beam of
+  max(decode.beam_size, decode.constraint_beam_size) (`_search_groups`); a batch without them is searched as before.
 - Word alignments (`translate(..., alignment=True)`): one teacher-forced pass per batch after the search
   (alignment.py), so the search runs as without them.
 """
@@ -23,7 +25,7 @@ import copy
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -132,25 +134,31 @@ class Translator:
         for start, end in zip(bounds[:-1], bounds[1:]):
             batch = order[start:end].tolist()
             lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]
-            for j, translations in zip(batch, self._translate_batch([encoded[j] for j in batch], layer, lines)):
-                results[todo[j]] = translations
+            for settings, group in _search_groups(self.settings, lines):  # those with constraints: a wider beam
+                found = self._translate_batch([encoded[batch[g]] for g in group], layer, [lines[g] for g in group],
+                                              settings)  # fmt: skip
+                for g, translations in zip(group, found):
+                    results[todo[batch[g]]] = translations
             progress(len(batch))
         return results
 
     def _translate_batch(
-        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None
-    ) -> list[list[Translation]]:
+        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None,
+        settings: DecodeConfig | None = None,
+    ) -> list[list[Translation]]:  # fmt: skip
         """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s, with their word
         alignments from decoder layer `layer` unless it is None; lines: the sentences' line numbers, prefixes and
-        constraints, and (for replace_unk) their source pieces' characters."""
+        constraints, and (for replace_unk) their source pieces' characters; settings: the search's (by default the
+        translator's; `_search_groups`)."""
+        settings = settings or self.settings
+        lines = lines or [_Line(0, None, None)] * len(sources)
         B, S = len(sources), max(len(ids) for ids in sources)
         src = _padded(sources, self.model.pad_id).to(self.device)  # (B, S)
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
-        lines = lines or [_Line(0, None, None)] * B
         with autocast(self.precision, self.device):
             try:
-                controls = _controls(self.model, self.settings, src_mask, lines)
-                hypotheses = generate(self.model, src, src_mask, self.settings, bos_id=self.tokenizer.bos_id,
+                controls = _controls(self.model, settings, src_mask, lines)
+                hypotheses = generate(self.model, src, src_mask, settings, bos_id=self.tokenizer.bos_id,
                                       eos_id=EOS_ID, generator=self.generator, controls=controls)  # fmt: skip
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
@@ -159,7 +167,7 @@ class Translator:
                     texts = restore_unknown(members(self.model)[0], self.tokenizer, src, flat, texts,
                                             [line.surfaces for line in lines])  # fmt: skip
             except OutOfMemoryError as exc:
-                raise _out_of_memory(self.settings, exc, sentences=B, length=S) from None
+                raise _out_of_memory(settings, exc, sentences=B, length=S) from None
         if controls:
             report_unmet(hypotheses, controls, [line.number for line in lines])
         texts = iter(texts)
@@ -184,6 +192,22 @@ def _padded(sources: list[list[int]], pad_id: int) -> torch.Tensor:
     for b, ids in enumerate(sources):
         src[b, : len(ids)] = torch.tensor(ids)
     return src
+
+
+def _search_groups(settings: DecodeConfig, lines: list[_Line]) -> list[tuple[DecodeConfig, list[int]]]:
+    """A batch's sentences (their places in `lines`) by the settings they are searched with: those with
+    constraints with a beam of max(beam_size, constraint_beam_size), the others with `settings` themselves, so a
+    batch without constraints is searched exactly as before. Dynamic beam allocation shares the beam among the
+    banks (one per count of constraint pieces met), so it needs a wider beam than plain search: Post & Vilar
+    (2018) require it larger than the constraint pieces and decode with beams of 10 to 20; 10, the default, was
+    chosen on the demo model's dev books (docs/decoding.md). The n-best count stays `settings.nbest`."""
+    wide = max(settings.beam_size, settings.constraint_beam_size)
+    constrained = [bool(line.steering and line.steering.phrases) for line in lines]
+    if wide == settings.beam_size or not any(constrained):
+        return [(settings, list(range(len(lines))))]
+    free = [b for b, c in enumerate(constrained) if not c]
+    groups = [(settings, free)] if free else []
+    return groups + [(replace(settings, beam_size=wide), [b for b, c in enumerate(constrained) if c])]
 
 
 def _controls(model, settings: DecodeConfig, src_mask: torch.Tensor, lines: list[_Line]) -> list:
