@@ -95,7 +95,7 @@ def update_rate(config, data, device, *, updates: int = 16, warmup: int = 4) -> 
     from transformer.training import optim
     from transformer.training.setup import make_sampler
 
-    cfg, split = config.train, data.splits["train"]
+    cfg, split = config.train, data.train_split(0)  # the sampler's first epoch
     precision = resolve_precision(cfg.precision, device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         vocab = dict(src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size)
