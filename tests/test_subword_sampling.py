@@ -40,8 +40,9 @@ def _rows(split: EncodedSplit) -> list[tuple[list[int], list[int]]]:
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_copies_are_seeded_differ_and_hold_the_same_text(model_type, values, monkeypatch):
-    """BPE-dropout and unigram sampling: two runs with one seed (here: 1 process, then 2) sample the same copies; the copies differ from each other and from the deterministic split, are
-    longer, and decode to the same sentences, pair for pair."""
+    """BPE-dropout and unigram sampling: two runs with one seed (here: 1 process, then 2) sample the same
+    copies; the copies differ from each other and from the deterministic split, are longer, and decode to the
+    same sentences, pair for pair."""
     monkeypatch.setattr(subword_sampling, "CHUNK_PAIRS", 70)  # 5 chunks: the seeds follow the chunk, not the process
     first = prepare_data(_config(values, data={"spm_model_type": model_type}), progress=False)
     config = _config(values, "2", data={"spm_model_type": model_type, "num_proc": 2})

@@ -101,9 +101,7 @@ def prepare_segmentations(
 ) -> list[EncodedSplit]:
     """The training split's sampled copies, copy k in folders[k]: from the cache, the missing ones encoded in one
     pass (copy k seeded from (seed, k))."""
-    if tokenizer.table is not None:
-        raise UserError("data.subword_sampling needs a SentencePiece model with this project's ids (one trained by "
-                        "transformer-prepare), not one used through an id table")  # fmt: skip
+    tokenizer.encode_src([], (data.subword_sampling.alpha, 0))  # refused here, before any work, through a table
     missing = [k for k, folder in enumerate(folders) if not (folder / "meta.json").is_file()]
     if missing:
         log.info("train: encoding sampled segmentations %s of %d (alpha %g)", missing, len(folders),
