@@ -91,7 +91,7 @@ def _write_copies(tmps: list[Path], data: DataConfig, tokenizer: Tokenizer, work
                 "alpha": data.subword_sampling.alpha, "deterministic_pairs": int(fallbacks[k])}  # fmt: skip
         save_extras(tmp, meta, pairs_filter.dropped, None)
         growth = pieces[k + 1] / np.maximum(pieces[0], 1) - 1
-        log.info("train: sampled segmentation %d: %+.1f%% source and %+.1f%% target pieces; %d pairs over "
+        log.info("train: sampled segmentation %d: %+.1f%% source and %+.1f%% target pieces; %d pair(s) over "
                  "data.max_tokens_per_sentence kept the deterministic one", seed[1], 100 * growth[0],
                  100 * growth[1], fallbacks[k])  # fmt: skip
 
