@@ -97,3 +97,17 @@ def test_model_with_other_special_ids_is_refused(texts):
         Tokenizer(model.getvalue())
     with pytest.raises(UserError, match="not readable"):
         Tokenizer(b"not a model")
+
+
+def test_sampled_segmentation_is_seeded_and_keeps_the_text(tokenizer, texts):
+    """BPE-dropout / unigram sampling: the same (texts, seed) give the same pieces whatever was encoded before; another
+    seed others; every sampled segmentation decodes to the sentence; an id table refuses it."""
+    english = texts[1][:50]
+    first = tokenizer.encode_tgt(english, (0.1, 7))
+    tokenizer.encode_src(texts[0][:10], (0.1, 8))
+    assert tokenizer.encode_tgt(english, (0.1, 7)) == first != tokenizer.encode_tgt(english, (0.1, 9))
+    assert first != tokenizer.encode_tgt(english) and tokenizer.decode_tgt(first) == english
+    assert sum(map(len, first)) > sum(map(len, tokenizer.encode_tgt(english)))
+    table = Tokenizer(tokenizer.to_bytes()["src"], table=tokenizer.pieces("src"))
+    with pytest.raises(UserError, match="subword_sampling needs"):
+        table.encode_src(texts[0][:2], (0.1, 7))

@@ -119,6 +119,20 @@ class SplitConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SubwordSampling:
+    """Subword regularization of the training split (docs/training.md): a SentencePiece unigram model samples a
+    segmentation (Kudo 2018), a BPE model drops merges (BPE-dropout, Provilkov et al. 2020); epoch e trains on
+    the cached segmentation e mod `segmentations`, each drawn from train.seed."""
+
+    alpha: float  # unigram: the smoothing exponent of the sampling; BPE: the probability of dropping a merge
+    segmentations: int = 8  # sampled copies of the training split kept in the cache (each as large as the split)
+
+    def __post_init__(self) -> None:
+        _require(0 < self.alpha <= 1, f"data.subword_sampling.alpha must be in (0, 1], got {self.alpha}")
+        _require(self.segmentations >= 1, "data.subword_sampling.segmentations must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataConfig:
     src_lang: str = "en"  # source language code (the key in a `translation` column, the demo's label)
     tgt_lang: str = "de"  # target language code
@@ -134,6 +148,7 @@ class DataConfig:
     spm_byte_fallback: bool = False  # SentencePiece byte_fallback: characters outside the vocabulary as UTF-8 bytes
     max_tokens_per_sentence: int = 256  # drop training pairs with a side longer than this, in tokens
     max_length_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this (0 = keep all)
+    subword_sampling: SubwordSampling | None = None  # a sampled segmentation of the training split per epoch
     drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
     drop_duplicates: bool = False  # drop training pairs equal to an earlier one (a 64-bit hash: 8 bytes a pair)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)

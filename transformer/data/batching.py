@@ -275,6 +275,9 @@ class TokenBatchSampler:
     def load_state_dict(self, state: dict) -> None:
         """Continue from a saved (epoch, position); the data, seed, max_tokens and world size must be the same."""
         mine = self.state_dict()
+        if state.get("subword_sampling"):
+            raise UserError(f"cannot resume the batch order: it was saved with data.subword_sampling "
+                            f"{state['subword_sampling']}, now off; resume with the same setting")  # fmt: skip
         for key in ("seed", "max_tokens", "world_size", "n_examples", "shuffle", "buckets"):
             if key in state and int(state[key]) != mine[key]:
                 raise UserError(

@@ -31,10 +31,14 @@ def _pack(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
-def encode_chunk(src: list[str], tgt: list[str], clean: tuple[bool, bool], tokenizer: Tokenizer | tuple):
+def encode_chunk(
+    src: list[str], tgt: list[str], clean: tuple[bool, bool], tokenizer: Tokenizer | tuple, sampling=None
+) -> tuple:
     """(src tokens, src lengths, tgt tokens, tgt lengths, source == target or None, pair hashes or None) of one
     chunk, as numpy arrays (cheap to send back). clean: (data.drop_copies, data.drop_duplicates). tokenizer: a
-    Tokenizer, or (digest, model bytes) in a worker process."""
+    Tokenizer, or (digest, model bytes) in a worker process. sampling: (alpha, [(source seed, target seed) of
+    each sampled segmentation]): then a seventh item, the list of each one's (src tokens, src lengths, tgt
+    tokens, tgt lengths)."""
     if isinstance(tokenizer, tuple):
         digest, blobs = tokenizer
         if digest not in _loaded:
@@ -43,7 +47,21 @@ def encode_chunk(src: list[str], tgt: list[str], clean: tuple[bool, bool], token
         tokenizer = _loaded[digest]
     same = np.fromiter(map(str.__eq__, src, tgt), dtype=bool, count=len(src)) if clean[0] else None
     hashes = pair_hashes(src, tgt) if clean[1] else None
-    return *_pack(tokenizer.encode_src(src)), *_pack(tokenizer.encode_tgt(tgt)), same, hashes
+    encoded = (*_pack(tokenizer.encode_src(src)), *_pack(tokenizer.encode_tgt(tgt)), same, hashes)
+    if sampling is None:
+        return encoded
+    alpha, seeds = sampling
+    sampled = [
+        (*_pack(tokenizer.encode_src(src, (alpha, s))), *_pack(tokenizer.encode_tgt(tgt, (alpha, t)))) for s, t in seeds
+    ]
+    return *encoded, sampled
+
+
+def chunk_seeds(seeds: list[int], chunk: int) -> list[tuple[int, int]]:
+    """(source seed, target seed) of chunk number `chunk` for each of `seeds` (one per sampled segmentation):
+    32-bit, from a hash, so that every chunk, side and segmentation draws its own stream, whatever the workers."""
+    digest = lambda *parts: int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little")
+    return [(digest(seed, chunk, "src"), digest(seed, chunk, "tgt")) for seed in seeds]
 
 
 class Workers:
@@ -74,22 +92,26 @@ class Workers:
         self.close(error=kind is not None)
 
 
-def encode_chunks(chunks: Iterator[Pairs], tokenizer: Tokenizer, *, workers: Workers, clean=(False, False)):
+def encode_chunks(
+    chunks: Iterator[Pairs], tokenizer: Tokenizer, *, workers: Workers, clean=(False, False), sampling=None
+):
     """(pairs, `encode_chunk`'s arrays) of each chunk, in order: over the workers when there is more than one
     chunk and more than one worker, else here. Workers return numpy arrays, never Python lists: 1.2-1.4x faster
     on 2 cores than the `datasets.Dataset.map` this replaced, which converted every list of ids to Arrow
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md). sampling: (alpha, a seed per sampled segmentation), each chunk's seeds from
+    `chunk_seeds`."""
     first = next(chunks, None)
     second = next(chunks, None) if first is not None else None
-    chunks = itertools.chain([c for c in (first, second) if c is not None], chunks)
+    chunks = enumerate(itertools.chain([c for c in (first, second) if c is not None], chunks))
+    task = lambda i: None if sampling is None else (sampling[0], chunk_seeds(sampling[1], i))
     if workers.num_proc == 1 or second is None:
-        yield from ((pair, encode_chunk(*pair, clean, tokenizer)) for pair in chunks)
+        yield from ((pair, encode_chunk(*pair, clean, tokenizer, task(i))) for i, pair in chunks)
         return
     blobs = tokenizer.to_bytes()
     sent = (hashlib.sha256(blobs["src"] + (blobs["tgt"] or b"")).hexdigest(), blobs)
     pool, pending = workers.start().pool, collections.deque()
-    for pair in chunks:
-        pending.append((pair, pool.apply_async(encode_chunk, (*pair, clean, sent))))
+    for i, pair in chunks:
+        pending.append((pair, pool.apply_async(encode_chunk, (*pair, clean, sent, task(i)))))
         if len(pending) >= IN_FLIGHT * workers.num_proc:
             pair, result = pending.popleft()
             yield pair, result.get()

@@ -13,7 +13,8 @@
 5. append each chunk to int32 token and int64 offset arrays in `<cache_dir>/<split>-<hash>/` (`.npy` files, as
    `np.save` writes them), keyed by the split's identity (file path, size and mtime, or the `datasets`
    arguments), the settings that change its encoding and the tokenizer bytes; later calls load them with
-   `np.load(mmap_mode="r")` and encode nothing.
+   `np.load(mmap_mode="r")` and encode nothing;
+6. with `data.subword_sampling`, K sampled copies of the training split beside it (`subword_sampling.py`).
 
 Memory is bounded by the chunk size and the number of processes, not by the corpus: the SentencePiece sample (at
 most `spm_input_sentences` sentences) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
@@ -48,6 +49,7 @@ from transformer.data.corpus import CHUNK_PAIRS, Pairs, describe_split, load_pai
 from transformer.data.coverage import UnknownCounter, describe_unknown
 from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
 from transformer.data.encoding import Workers, encode_chunks
+from transformer.data.subword_sampling import prepare_segmentations
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import UserError
 from transformer.progress import spinner
@@ -64,7 +66,12 @@ SPLITS = ("train", "valid", "test")
 class PreparedData:
     tokenizer: Tokenizer
     splits: dict[str, EncodedSplit]  # keys among "train", "valid", "test" (those configured)
-    cache_paths: dict[str, str] = field(default_factory=dict)  # "tokenizer" and each split -> its cache folder
+    cache_paths: dict[str, str] = field(default_factory=dict)  # "tokenizer", each split (and copy) -> its folder
+    segmentations: list[EncodedSplit] = field(default_factory=list)  # data.subword_sampling's copies of train
+
+    def train_split(self, epoch: int) -> EncodedSplit:
+        """What epoch `epoch` trains on: the sampled copy epoch mod K with data.subword_sampling, else train."""
+        return self.segmentations[epoch % len(self.segmentations)] if self.segmentations else self.splits["train"]
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -242,6 +249,23 @@ def prepare_tokenizer(
     return tokenizer, folder
 
 
+def _split_key(name: str, data: DataConfig, tokenizer: Tokenizer) -> str:
+    """The cache key of split `name`: its identity, the settings that change its encoding, the tokenizer."""
+    settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
+    if name == "train":
+        settings.update(max_tokens_per_sentence=data.max_tokens_per_sentence, max_length_ratio=data.max_length_ratio)
+        settings.update({k: True for k in ("drop_copies", "drop_duplicates") if getattr(data, k)})
+    blobs = tokenizer.to_bytes()
+    return _hash(CACHE_VERSION, split_identity(getattr(data, name)), settings, blobs["src"], blobs["tgt"] or b"")
+
+
+def sampled_folders(data: DataConfig, seed: int, tokenizer: Tokenizer, cache: Path) -> list[Path]:
+    """The cache folders of data.subword_sampling's copies of the training split (`subword_sampling.py`): keyed by
+    the split's key, alpha, the seed and the copy's number (so a larger K keeps the copies it has)."""
+    key, alpha = _split_key("train", data, tokenizer), data.subword_sampling.alpha
+    return [cache / f"train-sampled-{_hash(key, alpha, seed, k)}" for k in range(data.subword_sampling.segmentations)]
+
+
 def prepare_split(
     name: str,
     data: DataConfig,
@@ -254,13 +278,7 @@ def prepare_split(
     checkpoint's), from its cache folder when there is one, else streamed into it over `workers` (by default
     `data.num_proc` processes of its own); and that folder."""
     split_config = getattr(data, name)
-    settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
-    if name == "train":
-        settings.update(max_tokens_per_sentence=data.max_tokens_per_sentence, max_length_ratio=data.max_length_ratio)
-        settings.update({k: True for k in ("drop_copies", "drop_duplicates") if getattr(data, k)})
-    blobs = tokenizer.to_bytes()
-    key = _hash(CACHE_VERSION, split_identity(split_config), settings, blobs["src"], blobs["tgt"] or b"")
-    folder = cache / f"{name}-{key}"
+    folder = cache / f"{name}-{_split_key(name, data, tokenizer)}"
     if (folder / "meta.json").is_file():
         log.info("%s: cached encoding in %s", name, folder)
         return load_split(folder), folder
@@ -295,4 +313,9 @@ def prepare_data(
         for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
             encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers)
             paths[name] = str(folder)
-    return PreparedData(tokenizer=tokenizer, splits=encoded, cache_paths=paths)
+        copies = []
+        if data.subword_sampling is not None and "train" in encoded:
+            folders = sampled_folders(data, config.train.seed, tokenizer, cache)
+            copies = prepare_segmentations(folders, data, config.train.seed, tokenizer, workers)
+            paths.update({f"train_sampled_{k}": str(folder) for k, folder in enumerate(folders)})
+    return PreparedData(tokenizer=tokenizer, splits=encoded, cache_paths=paths, segmentations=copies)

@@ -86,6 +86,21 @@ def _train_model(
     return model.getvalue()
 
 
+def _sampling(sample: tuple[float, int] | None, table: PieceTable | None = None) -> dict:
+    """SentencePiece's options for a sampled segmentation (Kudo 2018 for unigram models, BPE-dropout for BPE
+    models: alpha is then the probability of dropping a merge), seeded. SentencePiece draws from a thread-local
+    generator seeded when the thread starts: a list is encoded on fresh threads, so with one thread the same
+    (texts, seed) always give the same pieces, whatever was encoded before. Not through an id table (`table`)."""
+    if sample is None:
+        return {}
+    if table is not None:
+        raise UserError("data.subword_sampling needs a SentencePiece model with this project's ids (one trained by "
+                        "transformer-prepare), not one used through an id table")  # fmt: skip
+    alpha, seed = sample
+    spm.set_random_generator_seed(seed)
+    return {"enable_sampling": True, "alpha": alpha, "nbest_size": -1, "num_threads": 1}
+
+
 class Tokenizer:
     """SentencePiece model(s): one joint model for both languages (the paper's shared vocabulary), or one per language.
 
@@ -175,17 +190,17 @@ class Tokenizer:
 
     # ------------------------------------------------------------------------------------------ text <-> ids
 
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
-        """Source sentences -> pieces + [EOS_ID], the encoder's input."""
+    def encode_src(self, texts: list[str], sample: tuple[float, int] | None = None) -> list[list[int]]:
+        """Source sentences -> pieces + [EOS_ID], the encoder's input; sample: (alpha, seed) (`_sampling`)."""
         if self.table is not None:
-            return self.table.encode(self._src, texts, eos=True)
-        return self._src.encode(list(texts), out_type=int, add_eos=True)
+            return self.table.encode(self._src, texts, eos=True, **_sampling(sample, self.table))
+        return self._src.encode(list(texts), out_type=int, add_eos=True, **_sampling(sample))
 
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
-        """Target sentences -> pieces only (no BOS/EOS; `collate` adds them)."""
+    def encode_tgt(self, texts: list[str], sample: tuple[float, int] | None = None) -> list[list[int]]:
+        """Target sentences -> pieces only (no BOS/EOS; `collate` adds them). sample: as `encode_src`'s."""
         if self.table is not None:
-            return self.table.encode(self._tgt, texts, eos=False)
-        return self._tgt.encode(list(texts), out_type=int)
+            return self.table.encode(self._tgt, texts, eos=False, **_sampling(sample, self.table))
+        return self._tgt.encode(list(texts), out_type=int, **_sampling(sample))
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Target ids -> text: stops at the first EOS and drops PAD and BOS (e.g. a beam hypothesis as a list)."""

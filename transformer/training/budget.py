@@ -98,7 +98,7 @@ def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, wa
     from transformer.training import optim
     from transformer.training.setup import make_sampler
 
-    cfg, split = config.train, data.splits["train"]
+    cfg, split = config.train, data.train_split(0)  # the sampler's first epoch
     precision = resolve_precision(cfg.precision, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
     rates = []

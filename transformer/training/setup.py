@@ -106,7 +106,7 @@ def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool, 
     tokenizer = run_tokenizer(config, resume)
     data = prepare_data(config, progress=progress, tokenizer=tokenizer) if is_main else None
     if data is not None and "train" in data.splits:
-        train_batch_plan(config, data)  # built once here, memory-mapped by the other ranks
+        train_batch_plans(config, data)  # built once here, memory-mapped by the other ranks
     barrier(group)
     data = data or prepare_data(config, progress=False, tokenizer=tokenizer)
     if "train" not in data.splits:
@@ -119,25 +119,41 @@ def prepare_run_data(config: Config, world: int, is_main: bool, progress: bool, 
     return data
 
 
-def train_batch_plan(config: Config, data) -> tuple[np.ndarray, np.ndarray]:
-    """The train split's batches (`batching.batch_plan`), kept in its cache folder and memory-mapped."""
+def train_batch_plans(config: Config, data) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The batches (`batching.batch_plan`) of the train split, or of each of its sampled copies
+    (data.subword_sampling), kept in its cache folder and memory-mapped."""
     from transformer.data.batching import batch_plan
 
-    cfg, split = config.train, data.splits["train"]
-    return batch_plan(data.cache_paths.get("train"), split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens,
-                      seed=cfg.seed, buckets=cfg.length_buckets)  # fmt: skip
+    cfg = config.train
+    copies = data.segmentations or [data.splits["train"]]
+    folders = [
+        data.cache_paths.get(f"train_sampled_{k}" if data.segmentations else "train") for k in range(len(copies))
+    ]
+    return [
+        batch_plan(folder, split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed,
+                   buckets=cfg.length_buckets)
+        for folder, split in zip(folders, copies)
+    ]  # fmt: skip
 
 
 def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]:
-    """The train split's token-bucketed sampler and the micro-batches per update (train.update_tokens)."""
+    """The train split's token-bucketed sampler (one per sampled copy under data.subword_sampling, moved as one)
+    and the micro-batches per update (train.update_tokens)."""
     from transformer.data.batching import TokenBatchSampler
+    from transformer.data.subword_sampling import SegmentedBatchSampler
 
-    cfg, split = config.train, data.splits["train"]
-    sampler = TokenBatchSampler(
-        split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed, rank=rank,
-        world_size=world, buckets=cfg.length_buckets, plan=train_batch_plan(config, data),
-    )  # fmt: skip
-    mean_tokens = float(np.sum(split.tgt_lengths)) / max(len(sampler) * world, 1)
+    cfg, copies = config.train, data.segmentations or [data.splits["train"]]
+    samplers = [
+        TokenBatchSampler(
+            split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed, rank=rank,
+            world_size=world, buckets=cfg.length_buckets, plan=plan,
+        )
+        for split, plan in zip(copies, train_batch_plans(config, data))
+    ]  # fmt: skip
+    sampling = config.data.subword_sampling
+    setting = sampling and f"alpha={sampling.alpha:g} segmentations={sampling.segmentations}"
+    sampler = SegmentedBatchSampler(samplers, setting) if data.segmentations else samplers[0]
+    mean_tokens = float(np.sum(copies[0].tgt_lengths)) / max(len(samplers[0]) * world, 1)
     accumulation = cfg.accumulation or optim.micro_batch_count(cfg.update_tokens, mean_tokens, world)
     too_big = optim.update_size_warning(cfg.update_tokens, cfg.max_tokens, mean_tokens, world, accumulation)
     if too_big and rank == 0:

@@ -44,8 +44,8 @@ def train_batches(data, sampler, cfg) -> Iterator:
     on its thread when train.prefetch > 0."""
     from transformer.data.batching import collate
 
-    split = data.splits["train"]
     while not cfg.max_epochs or sampler.epoch < cfg.max_epochs:
+        split = data.train_split(sampler.epoch)  # a sampled copy per epoch under data.subword_sampling
         for indices in sampler:
             yield sampler.state_dict(), collate(split, indices, bucket=cfg.length_buckets, bos_id=data.tokenizer.bos_id)
 
