@@ -98,7 +98,7 @@ def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, wa
     from transformer.training import optim
     from transformer.training.setup import make_sampler
 
-    cfg, split = config.train, data.train_split(0)  # the sampler's first epoch
+    cfg = config.train
     precision = resolve_precision(cfg.precision, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
     rates = []
@@ -108,12 +108,12 @@ def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, wa
         optimizer = optim.make_optimizer(model, cfg)
         scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         sampler, accumulation = make_sampler(config, data, 0, 1)
-        batches = itertools.chain.from_iterable(iter(sampler) for _ in itertools.count())  # epoch after epoch
+        batches = ((data.train_split(epoch), batch) for epoch in itertools.count() for batch in sampler)
         for i in range(warmup + rounds * updates):
             if i >= warmup and (i - warmup) % updates == 0:
                 sync(device)
                 start = time.perf_counter()
-            micro = [collate(split, next(batches)).to(device) for _ in range(accumulation)]
+            micro = [collate(*next(batches)).to(device) for _ in range(accumulation)]
             optim.train_update(model, micro, optimizer, lr=optim.learning_rate(i + 1, cfg, config.model), train=cfg,
                                precision=precision, scaler=scaler, pad_id=PAD_ID)  # fmt: skip
             if i >= warmup and (i - warmup) % updates == updates - 1:
