@@ -220,6 +220,13 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
+def _write_models(folder: Path, tokenizer: Tokenizer) -> None:
+    blobs = tokenizer.to_bytes()
+    (folder / "src.model").write_bytes(blobs["src"])
+    if blobs["tgt"] is not None:
+        (folder / "tgt.model").write_bytes(blobs["tgt"])
+
+
 def prepare_tokenizer(
     data: DataConfig,
     cache: Path,
@@ -252,14 +259,7 @@ def prepare_tokenizer(
             byte_fallback=data.spm_byte_fallback,
         )  # fmt: skip
     del src, tgt
-
-    def write(tmp: Path) -> None:
-        blobs = tokenizer.to_bytes()
-        (tmp / "src.model").write_bytes(blobs["src"])
-        if blobs["tgt"] is not None:
-            (tmp / "tgt.model").write_bytes(blobs["tgt"])
-
-    write_atomically(folder, write)
+    write_atomically(folder, lambda tmp: _write_models(tmp, tokenizer))
     log.info("tokenizer: %r saved in %s", tokenizer, folder)
     return tokenizer, folder
 
