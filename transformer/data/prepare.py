@@ -5,9 +5,11 @@
 1. read the raw pairs in chunks (`transformer.data.corpus.stream_pairs`: plain files, TSV or `datasets`);
 2. train SentencePiece on a sample of the training pairs (section 5.1: a shared source-target BPE vocabulary):
    `data.spm_input_sentences` non-empty sentences (half from each side when joint), a seeded uniform sample drawn
-   in one pass over the corpus when it has no more than that (then: all of them, in order), else two (count, then
-   pick); cached in `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the settings;
-3. encode chunk by chunk (50k pairs) over `data.num_proc` processes, a few chunks in flight;
+   in one pass over the corpus when it has no more than that (then: all of them, in order, and that pass's chunks
+   are the ones encoded: the corpus is read once), else two (count, then pick); cached in
+   `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the settings;
+3. encode chunk by chunk (50k pairs) over `data.num_proc` processes, a few chunks in flight; count the characters
+   that would meet `<unk>` (`transformer.data.coverage`, numpy over code points);
 4. filter the training split only, chunk by chunk (`transformer.data.cleaning`: empty sides, too long, length
    ratio, and optionally copies and duplicates);
 5. append each chunk to int32 token and int64 offset arrays in `<cache_dir>/<split>-<hash>/` (`.npy` files, as
@@ -16,7 +18,8 @@
    `np.load(mmap_mode="r")` and encode nothing.
 
 Memory is bounded by the chunk size and the number of processes, not by the corpus: the SentencePiece sample (at
-most `spm_input_sentences` sentences) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
+most `spm_input_sentences` sentences; when it is the whole corpus, its chunks are held until encoded, the same
+strings) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
 exceptions (docs/benchmarks.md has the figures). Cache folders are written under a temporary name and renamed into
 place, so an interrupted run never leaves a folder that a later run takes as complete; the next run removes what a
 killed one left and starts that split again.
