@@ -171,7 +171,8 @@ def sample_sentences(
     of its sentences (`uniform_indices`). Memory holds the sample, never the corpus. A corpus with at most
     `per_side` non-empty sentences a side gives every one of them, as the in-memory sampling before it did; then
     `held`, when given, receives its chunks (the sample's strings, so a pointer a sentence more), so that encoding
-    need not read it again: 3% less work at 1M pairs (docs/benchmarks.md, "The data path at WMT scale, streamed").
+    need not read it again: one read fewer, 1-2% of the time at 1M pairs (docs/benchmarks.md, "The data path at
+    WMT scale, streamed").
     """
     kept: list[list[str]] = [[], []]
     counts = [0, 0]
