@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from transformer.config import ConfigError, DataConfig, SplitConfig, load_config
-from transformer.data.corpus import input_files, load_pairs
+from transformer.data import corpus
+from transformer.data.corpus import input_files, load_pairs, stream_pairs
 from transformer.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,33 @@ def test_max_examples_keeps_the_first_pairs(kind, tmp_path):
     split = make_source(kind, tmp_path, *PAIRS)
     limited = SplitConfig(**{**vars(split), "max_examples": 2})
     assert load_pairs(limited, LANGS) == (PAIRS[0][:2], PAIRS[1][:2])
+
+
+@pytest.mark.parametrize("block_bytes", [7, 64, 1 << 20])
+@pytest.mark.parametrize("size", [1, 3, 50])
+@pytest.mark.parametrize("limit", [None, 4, 29, 40])
+def test_chunks_are_the_lines_sliced_at_any_block_and_chunk_size(block_bytes, size, limit, tmp_path, monkeypatch):
+    """Lines read in blocks of a few bytes (so blocks cut lines and chunks cut blocks) come out as plain slicing
+    of the whole files gives them."""
+    monkeypatch.setattr(corpus, "BLOCK_BYTES", block_bytes)
+    src = [f"uno {i} " + "x" * (i % 7) for i in range(30)]
+    tgt = [f"one {i}" if i % 5 else "-" for i in range(30)]
+    _write(tmp_path / "a.es", "\n".join(src) + "\n"), _write(tmp_path / "a.en", "\n".join(tgt))  # no last newline
+    _write(tmp_path / "a.tsv", "".join(f"{s}\t{t}\n" for s, t in zip(src, tgt)))
+    n = min(limit or 30, 30)
+    files = [{"src": str(tmp_path / "a.es"), "tgt": str(tmp_path / "a.en")}, {"tsv": str(tmp_path / "a.tsv")}]
+    for fields in files:
+        split = SplitConfig(**fields, max_examples=limit)
+        chunks = list(stream_pairs(split, LANGS, size))
+        assert chunks == [([x.strip() for x in src[i:n][:size]], tgt[i:n][:size]) for i in range(0, n, size)]
+
+
+def test_parallel_files_of_different_lengths_in_a_later_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "BLOCK_BYTES", 16)
+    _write(tmp_path / "a.es", "u\n" * 23), _write(tmp_path / "a.en", "o\n" * 31)
+    split = SplitConfig(src=str(tmp_path / "a.es"), tgt=str(tmp_path / "a.en"))
+    with pytest.raises(UserError, match="a.es has 23 lines, .*a.en has 31"):
+        list(stream_pairs(split, LANGS, 5))
 
 
 def test_the_bundled_corpus_is_intact():

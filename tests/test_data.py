@@ -416,3 +416,20 @@ def test_the_tokenizer_sample_is_all_below_its_size_and_a_seeded_sample_above(mo
     assert len(above[0]) == len(above[1]) == 300 and above == data_module.sample_sentences(chunks, 300, seed=1)
     assert above[0] == sorted(above[0], key=src.index) and set(above[0]) <= set(src) - {""}
     assert above[1] == sorted(above[1], key=tgt.index) and above != data_module.sample_sentences(chunks, 300, seed=2)
+    held = []
+    assert data_module.sample_sentences(chunks, 1000, seed=1, held=held) == below
+    assert held == list(chunks())  # the corpus is within the sample: its chunks are kept for the encoding
+    assert data_module.sample_sentences(chunks, 300, seed=1, held=held) == above and held == []
+
+
+@pytest.mark.parametrize("spm_input_sentences, reads", [(10_000, 1), (2_000, 3)])
+def test_the_training_corpus_is_read_once_when_the_sample_holds_it(spm_input_sentences, reads, tmp_path, monkeypatch):
+    """Within the sample, the sample's pass is the only read of the training split; beyond it, the sample takes
+    two passes (count, pick) and the encoding a third."""
+    config = synthetic_config(tmp_path, spm_input_sentences=spm_input_sentences)
+    calls = []
+    stream = data_module.stream_pairs
+    monkeypatch.setattr(data_module, "stream_pairs", lambda split, *a: calls.append(split) or stream(split, *a))
+    prepared = prepare_data(config, progress=False)
+    train = prepared.splits["train"]
+    assert calls.count(config.data.train) == reads and len(train) + sum(train.dropped.values()) == 4000

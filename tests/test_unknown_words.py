@@ -4,6 +4,7 @@ of data/coverage.py."""
 
 from __future__ import annotations
 
+import collections
 import random
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tiny_checkpoint import sentences, train_step
 from transformer.api import Translator
 from transformer.checkpoint import model_state, save_checkpoint
 from transformer.config import from_dict
-from transformer.data.coverage import unknown_share
+from transformer.data.coverage import UnknownCounter, character_counts, sentences_meeting, unknown_share
 from transformer.data.tokenizer import PAD_ID, Tokenizer
 from transformer.decoding.unknown_words import copied_text, replace_unk
 from transformer.model.transformer import Transformer
@@ -81,7 +82,7 @@ def test_copied_text_is_the_unknown_characters_or_the_whole_word():
     assert copied_text(surfaces, pieces, 4) == "cat"
 
 
-def test_unknown_share_counts_characters_and_sentences():
+def test_unknown_share_counts_characters_and_sentences(monkeypatch):
     """Worked by hand: the (joint) vocabulary has the letters of its text only. Source: 7 + 2 + 6 = 15 characters
     besides spaces, of which 🍕 and i are unknown (2/15), in 2 of 3 sentences; target: 8 + 6 + 4 = 18, of which 猫
     and x (2/18), in 1 of 3."""
@@ -89,6 +90,36 @@ def test_unknown_share_counts_characters_and_sentences():
     report = unknown_share(tokenizer, ["the 🍕 cat", "hi", "the cat"], ["el 猫 gato x", "el gato", "gato"])
     assert report["src"] == {"characters": pytest.approx(2 / 15), "sentences": pytest.approx(2 / 3)}
     assert report["tgt"] == {"characters": pytest.approx(2 / 18), "sentences": pytest.approx(1 / 3)}
+    for batch in (1, 2):  # counted a few sentences at a time, as a streamed corpus is
+        monkeypatch.setattr(UnknownCounter, "BATCH", batch)
+        assert unknown_share(tokenizer, ["the 🍕 cat", "hi", "the cat"], ["el 猫 gato x", "el gato", "gato"]) == report
+
+
+# empty texts, an empty list, astral characters (4 UTF-8 bytes), a lone surrogate (as surrogateescape leaves one)
+TEXTS = [["the 🍕 cat", "", "hi", "猫 \udcff x", ""], [], [""], ["a\tb\u00a0c", "🍕🍕", "zz"]]
+
+
+@pytest.mark.parametrize("texts", TEXTS)
+def test_character_counts_equal_a_counter(texts):
+    codes, counts = character_counts(texts)
+    assert dict(zip(map(chr, codes.tolist()), counts.tolist())) == collections.Counter("".join(texts))
+    assert list(codes) == sorted(codes)
+
+
+@pytest.mark.parametrize("texts", TEXTS)
+@pytest.mark.parametrize("characters", [set(), {"🍕"}, {"x", "\udcff", "c"}, {"猫", "h", "z", "q"}])
+def test_sentences_meeting_equal_a_loop_over_sentences(texts, characters):
+    assert sentences_meeting(texts, characters) == sum(not characters.isdisjoint(t) for t in texts)
+
+
+def test_character_counts_on_random_text():
+    rng = random.Random(3)
+    alphabet = "ab c\u00e9\u4e00\U0001f355\n"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(300)]
+    codes, counts = character_counts(texts)
+    assert dict(zip(map(chr, codes.tolist()), counts.tolist())) == collections.Counter("".join(texts))
+    for characters in ({"\u4e00"}, {"\U0001f355", "a"}, set(alphabet)):
+        assert sentences_meeting(texts, characters) == sum(not characters.isdisjoint(t) for t in texts)
 
 
 @pytest.mark.slow

@@ -5,9 +5,11 @@
 1. read the raw pairs in chunks (`transformer.data.corpus.stream_pairs`: plain files, TSV or `datasets`);
 2. train SentencePiece on a sample of the training pairs (section 5.1: a shared source-target BPE vocabulary):
    `data.spm_input_sentences` non-empty sentences (half from each side when joint), a seeded uniform sample drawn
-   in one pass over the corpus when it has no more than that (then: all of them, in order), else two (count, then
-   pick); cached in `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the settings;
-3. encode chunk by chunk (50k pairs) over `data.num_proc` processes, a few chunks in flight;
+   in one pass over the corpus when it has no more than that (then: all of them, in order, and that pass's chunks
+   are the ones encoded: the corpus is read once), else two (count, then pick); cached in
+   `<cache_dir>/tokenizer-<hash>/` keyed by the training data's identity and the settings;
+3. encode chunk by chunk (50k pairs) over `data.num_proc` processes, a few chunks in flight; count the characters
+   that would meet `<unk>` (`transformer.data.coverage`, numpy over code points);
 4. filter the training split only, chunk by chunk (`transformer.data.cleaning`: empty sides, too long, length
    ratio, and optionally copies and duplicates);
 5. append each chunk to int32 token and int64 offset arrays in `<cache_dir>/<split>-<hash>/` (`.npy` files, as
@@ -17,7 +19,8 @@
 6. with `data.subword_sampling`, K sampled copies of the training split beside it (`subword_sampling.py`).
 
 Memory is bounded by the chunk size and the number of processes, not by the corpus: the SentencePiece sample (at
-most `spm_input_sentences` sentences) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
+most `spm_input_sentences` sentences; when it is the whole corpus, its chunks are held until encoded, the same
+strings) and, with `data.drop_duplicates`, 8 bytes a training pair are the only
 exceptions (docs/benchmarks.md has the figures). Cache folders are written under a temporary name and renamed into
 place, so an interrupted run never leaves a folder that a later run takes as complete; the next run removes what a
 killed one left and starts that split again.
@@ -93,8 +96,10 @@ def _stage(what: str) -> Iterator[None]:
     )  # fmt: skip
 
 
-def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, workers: Workers, progress: bool):
-    """Encode (and for train, filter) the split `name` chunk by chunk into the arrays of folder `tmp`."""
+def _write_split(
+    tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, workers: Workers, progress: bool, chunks: Iterator
+):
+    """Encode (and for train, filter) the split `name`, its `chunks` one by one, into the arrays of folder `tmp`."""
     writer, pairs_filter, unknown = (
         SplitWriter(tmp),
         PairFilter(data) if name == "train" else None,
@@ -102,7 +107,6 @@ def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, w
     )
     texts = None if pairs_filter else ([], [])
     clean = (data.drop_copies, data.drop_duplicates) if pairs_filter else (False, False)
-    chunks = stream_pairs(getattr(data, name), data, CHUNK_PAIRS)
     bar = tqdm(unit="pairs", desc=f"encoding {name}", disable=not progress, dynamic_ncols=True)
     read = 0
     with bar, contextlib.ExitStack() as on_error:
@@ -134,6 +138,13 @@ def _write_split(tmp: Path, name: str, data: DataConfig, tokenizer: Tokenizer, w
     save_extras(tmp, meta, dropped, texts)
 
 
+def _taken(held: list[Pairs]) -> Iterator[Pairs]:
+    """The chunks of `held` in order, each let go of as it is taken."""
+    held.reverse()
+    while held:
+        yield held.pop()
+
+
 def drop_longer(split: EncodedSplit, limit: int, name: str) -> EncodedSplit:
     """An evaluation split without the pairs whose source or target exceeds `limit` tokens (`model.max_positions`),
     which the model cannot take; the count goes to the log and `dropped["too_long_for_model"]`."""
@@ -158,21 +169,31 @@ def _hash(*parts: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def sample_sentences(chunks: Callable[[], Iterator[Pairs]], per_side: int, seed: int) -> Pairs:
+def sample_sentences(
+    chunks: Callable[[], Iterator[Pairs]], per_side: int, seed: int, held: list[Pairs] | None = None
+) -> Pairs:
     """A seeded uniform sample of `per_side` non-empty sentences of each side, in corpus order (0: all of them).
 
     One pass keeps the first `per_side` of each side; when a side has more, a second pass picks a uniform sample
     of its sentences (`uniform_indices`). Memory holds the sample, never the corpus. A corpus with at most
-    `per_side` non-empty sentences a side gives every one of them, as the in-memory sampling before it did.
+    `per_side` non-empty sentences a side gives every one of them, as the in-memory sampling before it did; then
+    `held`, when given, receives its chunks (the sample's strings, so a pointer a sentence more), so that encoding
+    need not read it again: one read fewer, 1-2% of the time at 1M pairs (docs/benchmarks.md, "The data path at
+    WMT scale, streamed").
     """
     kept: list[list[str]] = [[], []]
     counts = [0, 0]
     for pair in chunks():
         for side, texts in enumerate(pair):
-            nonempty = [t for t in texts if t]
+            nonempty = list(filter(None, texts))
             counts[side] += len(nonempty)
             if per_side <= 0 or counts[side] <= per_side:
                 kept[side] += nonempty
+        if held is not None and per_side > 0 and max(counts) > per_side:
+            held.clear()  # more than the sample: encoding reads the corpus again
+            held = None
+        elif held is not None:
+            held.append(pair)
     over = [per_side > 0 and n > per_side for n in counts]
     if not any(over):
         return kept[0], kept[1]
@@ -210,11 +231,23 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
+def _write_models(folder: Path, tokenizer: Tokenizer) -> None:
+    blobs = tokenizer.to_bytes()
+    (folder / "src.model").write_bytes(blobs["src"])
+    if blobs["tgt"] is not None:
+        (folder / "tgt.model").write_bytes(blobs["tgt"])
+
+
 def prepare_tokenizer(
-    data: DataConfig, cache: Path, progress: bool = True, workers: Workers | None = None
+    data: DataConfig,
+    cache: Path,
+    progress: bool = True,
+    workers: Workers | None = None,
+    held: list[Pairs] | None = None,
 ) -> tuple[Tokenizer, Path]:
     """The SentencePiece tokenizer of `data` (trained on a sample of `data.train`) and its cache folder. workers:
-    encoding processes to start before SentencePiece grows this process (forked after it, they would share it)."""
+    encoding processes to start before SentencePiece grows this process (forked after it, they would share it).
+    held: receives the training chunks when the sample holds every sentence (`sample_sentences`)."""
     if data.train is None:
         raise UserError("data.train is not configured: it is needed to train the SentencePiece vocabulary")
     seed = 1  # the vocabulary does not depend on train.seed, so runs with different seeds share it
@@ -228,7 +261,7 @@ def prepare_tokenizer(
     per_side = data.spm_input_sentences // (2 if data.joint_vocab else 1)
     log.info("train: sampling sentences for SentencePiece from %s", describe_split(data.train))
     with spinner("sampling sentences for SentencePiece", progress), _stage("tokenizer: sampling"):
-        src, tgt = sample_sentences(lambda: stream_pairs(data.train, data, CHUNK_PAIRS), per_side, seed)
+        src, tgt = sample_sentences(lambda: stream_pairs(data.train, data, CHUNK_PAIRS), per_side, seed, held)
     log.info("tokenizer: training SentencePiece (large corpora take minutes)")
     with spinner("training SentencePiece", progress), _stage("tokenizer: SentencePiece training"):
         tokenizer = Tokenizer.train(
@@ -237,14 +270,7 @@ def prepare_tokenizer(
             byte_fallback=data.spm_byte_fallback,
         )  # fmt: skip
     del src, tgt
-
-    def write(tmp: Path) -> None:
-        blobs = tokenizer.to_bytes()
-        (tmp / "src.model").write_bytes(blobs["src"])
-        if blobs["tgt"] is not None:
-            (tmp / "tgt.model").write_bytes(blobs["tgt"])
-
-    write_atomically(folder, write)
+    write_atomically(folder, lambda tmp: _write_models(tmp, tokenizer))
     log.info("tokenizer: %r saved in %s", tokenizer, folder)
     return tokenizer, folder
 
@@ -273,10 +299,12 @@ def prepare_split(
     cache: Path,
     progress: bool = True,
     workers: Workers | None = None,
+    chunks: Iterator[Pairs] | None = None,
 ) -> tuple[EncodedSplit, Path]:
     """The split `name` ("train", "valid" or "test") of `data` encoded with `tokenizer` (any: trained here or a
     checkpoint's), from its cache folder when there is one, else streamed into it over `workers` (by default
-    `data.num_proc` processes of its own); and that folder."""
+    `data.num_proc` processes of its own); and that folder. chunks: the split's pairs when already read (else
+    `stream_pairs` reads them)."""
     split_config = getattr(data, name)
     folder = cache / f"{name}-{_split_key(name, data, tokenizer)}"
     if (folder / "meta.json").is_file():
@@ -285,7 +313,8 @@ def prepare_split(
     log.info("%s: reading and encoding %s", name, describe_split(split_config))
     with _stage(f"{name}: reading, encoding and writing the cache"), contextlib.ExitStack() as own:
         workers = workers or own.enter_context(Workers(data.num_proc))
-        write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, workers, progress))
+        chunks = chunks or stream_pairs(split_config, data, CHUNK_PAIRS)
+        write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, workers, progress, chunks))
     split = load_split(folder)
     log.info("%s: %d pairs encoded into %s", name, len(split), folder)
     return split, folder
@@ -306,12 +335,14 @@ def prepare_data(
     cache = Path(data.cache_dir)
     paths: dict[str, str] = {}
     encoded: dict[str, EncodedSplit] = {}
+    held: list[Pairs] = []  # the training pairs, when the SentencePiece sample's pass could keep them all
     with _stage("prepare: all of it"), Workers(data.num_proc) as workers:
         if tokenizer is None:
-            tokenizer, folder = prepare_tokenizer(data, cache, progress, workers)
+            tokenizer, folder = prepare_tokenizer(data, cache, progress, workers, held)
             paths["tokenizer"] = str(folder)
         for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
-            encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers)
+            chunks = _taken(held) if name == "train" and held else None
+            encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers, chunks)
             paths[name] = str(folder)
         copies = []
         if data.subword_sampling is not None and "train" in encoded:
