@@ -38,7 +38,7 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     hypotheses = (out / "averaged.test.hyp").read_text(encoding="utf-8")
     assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "averaged.test.hyp")
     assert {"averaged.pt", "checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
-    # the shipped model is the mean of the last 3 checkpoints (a checkpoint every 0.2 of the 3 s), the final one
+    # the shipped model is the mean of the last 3 checkpoints (a checkpoint every 0.07 of the 3 s), the final one
     # among them; the probe's prediction is printed beside the updates made
     steps = scores["averaged_updates"]
     assert len(steps) == 3 and steps == sorted(steps) and steps[-1] == scores["updates"]
