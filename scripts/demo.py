@@ -28,8 +28,12 @@ from transformer.errors import UserError
 # Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192, 1.45x
 # the updates in the same time) learns more: dev BLEU 19.8 against 17.0 in the time of 1,826 updates of demo.yaml
 # (an older 2-core CPU), 22.3 against 20.8 in that of 3,300, 21.9 against 23.2 in that of 6,000 (a fast one); the
-# difference crosses zero near 4,500 (docs/demo-tuning.md, "For the machine at hand").
-SMALL_PRESET_BELOW = 4500
+# difference crosses zero near 4,500 (docs/demo-tuning.md, "For the machine at hand"). Near that crossing the two
+# are within about a point, while the probe of one idle machine read 15% apart in two runs (a 2-core Zen 4: medians
+# of 6.5 and 5.6 updates/s; the second picked demo_small, made the equivalent of 4,580 updates of demo.yaml and scored
+# 1.2 BLEU below the first): so the small preset is taken only below the crossing less that spread, and a machine
+# near the crossing keeps demo.yaml whichever way its probe wanders.
+SMALL_PRESET_BELOW = round(4500 * (1 - 0.15))  # 3,825
 # The trainer makes fewer updates than the probe's rate times its time: it also validates every 500 updates, writes
 # checkpoints, logs, and collates ahead on a thread that shares the two cores. Made / predicted in demo runs on
 # 2-core AMD EPYCs: 0.995, 0.93, 0.94 (Zen 4/5, one reading), 0.82 (Zen 3, one reading), 0.89 (Zen 4, the median of
