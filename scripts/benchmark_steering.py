@@ -13,6 +13,7 @@ import json
 import torch
 
 from transformer.api import Translator
+from transformer.benchmarks.stamps import cpu_name, today
 from transformer.benchmarks.steering import compare, rarest_words, word_counts
 from transformer.config import load_config
 from transformer.data.corpus import load_pairs
@@ -43,7 +44,8 @@ def main() -> None:
     wide = {"constraint_beam_size": args.constraint_beam} if args.constraint_beam else {}
     translator = Translator.from_checkpoint(args.checkpoint, device="cpu", beam_size=args.beam, **wide)._engine(1)
     result = {
-        "checkpoint": args.checkpoint, "split": args.split, "stride": args.stride, "beam": args.beam,
+        "kind": "steering", "device": cpu_name(), "date": today(), "checkpoint": args.checkpoint,
+        "split": args.split, "stride": args.stride, "beam": args.beam,
         "constraint_beam": max(args.beam, translator.settings.constraint_beam_size),
         **compare(translator, sources, references, constraints),
     }  # fmt: skip
