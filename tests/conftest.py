@@ -18,7 +18,7 @@ PAD, BOS, EOS = 0, 2, 3
 
 
 def tiny_model(*, src_vocab_size: int = VOCAB, tgt_vocab_size: int = VOCAB, **overrides) -> Transformer:
-    """ModelConfig's defaults (config.py) with the tiny dimensions above and `overrides`."""
+    """ModelConfig's defaults (config/sections.py) with the tiny dimensions above and `overrides`."""
     torch.manual_seed(0)
     config = ModelConfig(**{**TINY, **overrides})
     vocab = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)

@@ -1,5 +1,5 @@
 """cli.py: argument parsing only: user errors become one line and exit code 2, counts are checked, --help shows the
-defaults (read from config.py) and examples, and the choices are the config's own values."""
+defaults (read from config/sections.py) and examples, and the choices are the config's own values."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_help_shows_defaults_and_examples(capsys):
         translate_main(["--help"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0
-    assert f"(default: {CHUNK_LINES})" in out and "examples:" in out and "transformer/config.py" in out
+    assert f"(default: {CHUNK_LINES})" in out and "examples:" in out and "transformer/config/sections.py" in out
     assert "--nbest" in out and "--precision {auto,bf16,fp16,fp32}" in out
 
 

@@ -157,7 +157,7 @@ def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys)
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
     out = capsys.readouterr().out
-    assert info.value.code == 0 and "examples:\n  transformer-" in out and "transformer/config.py" in out
+    assert info.value.code == 0 and "examples:\n  transformer-" in out and "transformer/config/sections.py" in out
     out = " ".join(out.split())
     if command in ("translate", "evaluate", "score"):
         assert "(default: auto)" in out  # --device

@@ -122,5 +122,6 @@ def _with_decode(config, decode: dict[str, object]):
     """`config` with its decode section's fields replaced by `decode` (validated; unknown names refused)."""
     unknown = sorted(set(decode) - {f.name for f in dataclasses.fields(config.decode)})
     if unknown:
-        raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; see DecodeConfig in config.py")
+        names = ", ".join(unknown)
+        raise UserError(f"unknown decoding setting(s) {names}; see DecodeConfig in transformer/config/sections.py")
     return config.replace("decode", **decode) if decode else config

@@ -3,8 +3,8 @@
 `build(cls, values, where)` rejects unknown keys (listing the valid ones, with a close-match suggestion) and values
 of the wrong type, converting only where it is lossless (an int where a float is due, a `5e-4` that PyYAML read as
 a string); nested dataclasses, `Literal`s, unions, tuples and lists are checked the same way. Every problem is a
-`ConfigError` that names the field by its dotted path. `config.py` holds the dataclasses and their own validation
-(`__post_init__`); this module holds only the generic checking, so that config.py stays one concept.
+`ConfigError` that names the field by its dotted path. `config/sections.py` holds the dataclasses and their own
+validation (`__post_init__`); this module holds only the generic checking, so that the config stays one concept.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any, Literal, Union
 from transformer.errors import ConfigError
 
 
-def _require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `ok`: every check of a config value."""
     if not ok:
         raise ConfigError(message)
 
@@ -33,16 +34,16 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (Union, types.UnionType):
         return _coerce_union(value, tp, where)
     if origin is Literal:
-        _require(value in args, f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
+        require(value in args, f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
         return value
     if dataclasses.is_dataclass(tp):
         return build(tp, value, where)
     if origin is tuple:
         ok = isinstance(value, (list, tuple)) and len(value) == len(args)
-        _require(ok, f"{where} must be a list of {len(args)} values, got {value!r}")
+        require(ok, f"{where} must be a list of {len(args)} values, got {value!r}")
         return tuple(coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if origin is list:
-        _require(isinstance(value, list), f"{where} must be a list, got {value!r}")
+        require(isinstance(value, list), f"{where} must be a list, got {value!r}")
         return [coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
     return _coerce_scalar(value, tp, where)
 
@@ -72,16 +73,16 @@ def _coerce_scalar(value: Any, tp: Any, where: str) -> Any:
             except ValueError:
                 pass
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        _require(number, f"{where} must be a number, got {value!r}")
+        require(number, f"{where} must be a number, got {value!r}")
         return float(value)
     if tp is int:
-        _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
+        require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}")
         return value
     if tp is bool:
-        _require(isinstance(value, bool), f"{where} must be true or false, got {value!r}")
+        require(isinstance(value, bool), f"{where} must be true or false, got {value!r}")
         return value
     if tp is str:
-        _require(isinstance(value, str), f"{where} must be a string, got {value!r}")
+        require(isinstance(value, str), f"{where} must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {where}")
 
@@ -90,7 +91,7 @@ def build(cls: type, values: Any, where: str) -> Any:
     """Instantiate dataclass `cls` from a mapping, rejecting unknown keys and wrong types."""
     if isinstance(values, cls):
         return values
-    _require(isinstance(values, dict), f"{where or 'the config'} must be a mapping, got {values!r}")
+    require(isinstance(values, dict), f"{where or 'the config'} must be a mapping, got {values!r}")
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}

@@ -25,7 +25,8 @@ def count(minimum: int) -> Callable[[str], int]:
 
 CONFIG_KEYS_HELP = (
     "Config keys: every key of the model, data, train and decode sections is a field of the dataclasses in "
-    "transformer/config.py, each commented with its meaning, unit and default (docs/training.md: Configs, Data). "
+    "transformer/config/sections.py, each commented with its meaning, unit and default (docs/training.md: Configs, "
+    "Data). "
     "Relative data paths in a config resolve against its folder; --set paths and outputs (cache_dir, out_dir) "
     "against the current directory."
 )

@@ -25,7 +25,7 @@ Decisions (the paper: beam 4, alpha 0.6, maximum length input + 50, "terminate e
   on what its alive hypotheses could still reach is checked) or at its maximum length, where its alive
   hypotheses are finalised. Done sentences leave the batch at once (their rows leave the cache), as in fairseq.
   The top 2K candidates come from `top_candidates`: the same as `topk` over all K x V, read chunk by chunk.
-- Every setting is a required keyword argument: `DecodeConfig` (config.py) holds the defaults, and `generate`
+- Every setting is a required keyword argument: `DecodeConfig` (config/sections.py) holds the defaults, and `generate`
   passes them.
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
@@ -57,7 +57,7 @@ class Hypothesis:
     log_prob: float  # sum of token log-probabilities, including EOS when finished
 
 
-LENGTH_PENALTIES: dict[str, Callable] = {  # decode.length_penalty -> lp(|Y|, alpha); the names: config.py's Literal
+LENGTH_PENALTIES: dict[str, Callable] = {  # decode.length_penalty -> lp(|Y|, alpha); names: DecodeConfig's Literal
     "gnmt": lambda length, alpha: ((5 + length) / 6) ** alpha,  # Wu et al. 2016, the paper's
     "fairseq": lambda length, alpha: length**alpha,
     "none": lambda length, alpha: 1.0,

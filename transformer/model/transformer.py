@@ -110,7 +110,7 @@ class Transformer(nn.Module):
         activation_dropout: float, activation: str, norm_first: bool, layer_norm_eps: float, positional: str,
         max_positions: int, share_embeddings: bool, tie_output: bool, scale_embedding: bool, output_bias: bool,
     ) -> None:  # fmt: skip
-        """Every setting is required here: ModelConfig (config.py) holds the defaults; see `from_config`."""
+        """Every setting is required here: ModelConfig (config/sections.py) holds the defaults; see `from_config`."""
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"share_embeddings needs one vocabulary, got {src_vocab_size} and {tgt_vocab_size}")

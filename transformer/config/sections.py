@@ -1,13 +1,7 @@
-"""Configuration: frozen dataclasses, YAML loading, dotted overrides and validation.
-
-The dataclasses below hold the only defaults in the project; YAML files may be partial. `load_config` reads a
-file with `yaml.safe_load`, applies `--set section.key=value` overrides, builds the dataclasses through
+"""The configuration's sections: frozen dataclasses holding the project's only defaults, each validated in
+`__post_init__`, and `from_dict`, which builds them from a (possibly partial) nested mapping through
 `transformer.typecheck` (unknown keys, listing the valid ones with a close-match suggestion, and values of the wrong
-type are refused there), and validates each section in `__post_init__`. Every problem is raised as `ConfigError`
-(a `UserError`, in errors.py), which the command-line tools print as one line.
-Relative data paths in a file resolve against the file's folder (`transformer.paths` states the whole rule).
-
-This module imports no torch, so it loads instantly and can be used by any tool.
+type are refused there). Every problem is raised as `ConfigError` (a `UserError`, in errors.py).
 """
 
 from __future__ import annotations
@@ -17,15 +11,10 @@ import logging
 import re
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
-
 from transformer.errors import ConfigError
-from transformer.fileio import decode_utf8
-from transformer.paths import find_config, resolve_split_paths
-from transformer.typecheck import build
+from transformer.typecheck import build, require
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +32,6 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 def choices(cls: type, name: str) -> tuple[str, ...]:
     """The allowed values of a `Literal` field, e.g. `choices(DecodeConfig, "length_penalty")` for argparse."""
     return typing.get_args(typing.get_type_hints(cls)[name])
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,12 +56,12 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions"):
-            _require(getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}")
+            require(getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}")
         divides = f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
-        _require(self.d_model % self.n_heads == 0, divides)
+        require(self.d_model % self.n_heads == 0, divides)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            _require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        _require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+            require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,12 +89,12 @@ class SplitConfig:
     def __post_init__(self) -> None:
         named, (*kinds, last) = self._kinds(), ["+".join(names) for names, _ in self.KINDS.values()]
         need = f"a data split needs exactly one of {', '.join(kinds)} or {last}"
-        _require(len(named) == 1, f"{need}, got {['/'.join(self.KINDS[k][0]) for k in named] or 'none'}")
-        _require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
-        _require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
-        _require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
-        _require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
-        _require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
+        require(len(named) == 1, f"{need}, got {['/'.join(self.KINDS[k][0]) for k in named] or 'none'}")
+        require(self.weight > 0, f"a corpus weight must be positive, got {self.weight}")
+        require(self.columns is None or bool(self.dataset), "columns: [source, target] goes with a dataset source")
+        require(bool(self.src) == bool(self.tgt), "a data split with `src` also needs `tgt` (and vice versa)")
+        require(min(self.tsv_columns) >= 0, f"tsv_columns must be non-negative, got {self.tsv_columns}")
+        require(self.max_examples is None or self.max_examples > 0, "max_examples must be positive")
 
     def _kinds(self) -> list[str]:  # the KINDS whose fields are set; `kind`: the one a valid split has (no YAML key)
         return [k for k, (names, _) in self.KINDS.items() if any(getattr(self, n) for n in names)]
@@ -128,8 +112,8 @@ class SubwordSampling:
     segmentations: int = 8  # sampled copies of the training split kept in the cache (each as large as the split)
 
     def __post_init__(self) -> None:
-        _require(0 < self.alpha <= 1, f"data.subword_sampling.alpha must be in (0, 1], got {self.alpha}")
-        _require(self.segmentations >= 1, "data.subword_sampling.segmentations must be >= 1")
+        require(0 < self.alpha <= 1, f"data.subword_sampling.alpha must be in (0, 1], got {self.alpha}")
+        require(self.segmentations >= 1, "data.subword_sampling.segmentations must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,20 +141,20 @@ class DataConfig:
     tgt_tokenizer: str | None = None  # their pieces in one shared id table (the OPUS-MT layout)
 
     def __post_init__(self) -> None:
-        _require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
-        _require(self.vocab_size >= 16, f"data.vocab_size must be at least 16, got {self.vocab_size}")
-        _require(self.max_tokens_per_sentence > 0, "data.max_tokens_per_sentence must be positive")
-        _require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
-        _require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
-        _require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        require(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
+        require(self.vocab_size >= 16, f"data.vocab_size must be at least 16, got {self.vocab_size}")
+        require(self.max_tokens_per_sentence > 0, "data.max_tokens_per_sentence must be positive")
+        require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
+        require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
+        require(self.num_proc >= 1, "data.num_proc must be >= 1")
         pair = "data.src_tokenizer and data.tgt_tokenizer go together (two models over one id table)"
-        _require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
+        require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
         one = "set data.tokenizer (one joint model) or data.src_tokenizer/tgt_tokenizer (two), not both"
-        _require(self.tokenizer is None or self.src_tokenizer is None, one)
+        require(self.tokenizer is None or self.src_tokenizer is None, one)
         for name in ("train", "valid", "test"):
             split = getattr(self, name)
             ok = split is None or split.weight == 1.0
-            _require(ok, f"data.{name}.weight: a weight belongs to one corpus of a split's corpora: list")
+            require(ok, f"data.{name}.weight: a weight belongs to one corpus of a split's corpora: list")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,14 +199,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
-            _require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
+            require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
         for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
                      "accumulation", "prefetch"):  # fmt: skip
-            _require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
-        _require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
-        _require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
-        _require(0 <= self.label_smoothing < 1, f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        _require(self.clip_norm >= 0 and self.weight_decay >= 0, "train.clip_norm and weight_decay must be >= 0")
+            require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
+        require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
+        require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")
+        require(0 <= self.label_smoothing < 1, f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        require(self.clip_norm >= 0 and self.weight_decay >= 0, "train.clip_norm and weight_decay must be >= 0")
         if self.max_time is not None:
             parse_duration(self.max_time)
         parse_duration(self.prepare_timeout)
@@ -252,17 +236,17 @@ class DecodeConfig:
         return "sampling" if self.sampling else "greedy" if self.beam_size == 1 else "beam"
 
     def __post_init__(self) -> None:
-        _require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
-        _require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")
-        _require(
+        require(self.beam_size >= 1, f"decode.beam_size must be >= 1, got {self.beam_size}")
+        require(1 <= self.nbest <= self.beam_size, f"decode.nbest must be in [1, beam_size], got {self.nbest}")
+        require(
             self.constraint_beam_size >= 1, f"decode.constraint_beam_size must be >= 1, got {self.constraint_beam_size}"
         )
-        _require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
-        _require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
-        _require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
-        _require(self.max_tokens > 0, "decode.max_tokens must be positive")
-        _require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")
-        _require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
+        require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
+        require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
+        require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
+        require(self.max_tokens > 0, "decode.max_tokens must be positive")
+        require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")
+        require(0 < self.top_p <= 1, f"decode.top_p must be in (0, 1], got {self.top_p}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,10 +268,10 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
-        _require(min(positive) > 0, "serve limits (body, lines, chars, batch tokens, queue) must be positive")
-        _require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
-        _require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
-        _require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
+        require(min(positive) > 0, "serve limits (body, lines, chars, batch tokens, queue) must be positive")
+        require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
+        require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
+        require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
 
 
 TOKENIZER_FILES = ("tokenizer", "src_tokenizer", "tgt_tokenizer")  # DataConfig's SentencePiece model paths
@@ -304,7 +288,7 @@ class Config:
     def __post_init__(self) -> None:
         one_vocabulary = "model.share_embeddings needs data.joint_vocab: true (one vocabulary for both languages)"
         one_table = self.data.joint_vocab or self.data.src_tokenizer is not None  # two models, one id table
-        _require(not self.model.share_embeddings or one_table, one_vocabulary)
+        require(not self.model.share_embeddings or one_table, one_vocabulary)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -332,10 +316,10 @@ def parse_duration(text: str) -> float:
 
 def from_dict(values: dict[str, Any]) -> Config:
     """A validated `Config` from a (possibly partial) nested mapping (keys of `REMOVED_KEYS` left out)."""
-    return build(Config, _without_removed(values or {}), "")
+    return build(Config, without_removed(values or {}), "")
 
 
-def _without_removed(tree: dict[str, Any], warn: bool = False) -> dict[str, Any]:
+def without_removed(tree: dict[str, Any], warn: bool = False) -> dict[str, Any]:
     """`tree` less the keys of `REMOVED_KEYS`, each named in a warning when `warn`."""
     tree = dict(tree)
     for (section, key), why in REMOVED_KEYS.items():
@@ -344,69 +328,3 @@ def _without_removed(tree: dict[str, Any], warn: bool = False) -> dict[str, Any]
             if warn:
                 log.warning("warning: %s.%s is no longer a setting (%s); ignored", section, key, why)
     return tree
-
-
-def set_dotted(tree: dict[str, Any], override: str) -> None:
-    """Apply one `section.key=value` override to a nested mapping; the value is parsed as YAML."""
-    key, sep, raw = override.partition("=")
-    _require(bool(sep) and bool(key.strip()), f"bad override {override!r}: use section.key=value")
-    *parents, leaf = key.strip().split(".")
-    node = tree
-    for part in parents:
-        child = node.setdefault(part, {})
-        _require(isinstance(child, dict), f"bad override {override!r}: '{part}' is not a section")
-        node = child
-    node[leaf] = yaml.safe_load(raw) if raw.strip() else None
-
-
-def _merge(tree: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """`update`'s sections over `tree`'s, key by key (a split such as `data.train` is replaced whole)."""
-    merged = dict(tree)
-    for section, values in update.items():
-        both = isinstance(values, dict) and isinstance(merged.get(section), dict)
-        merged[section] = {**merged[section], **values} if both else values
-    return merged
-
-
-def _read_yaml(path: str | Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A config file as a tree; `base: FILE` (relative to this file's folder, or a shipped config's name) first
-    reads FILE and lays this file's sections over it, key by key."""
-    path = find_config(path)
-    _require(path.is_file(), f"config file not found: {path} (looked in {Path.cwd()})")
-    try:
-        tree = yaml.safe_load(decode_utf8(path.read_bytes(), path)) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    _require(isinstance(tree, dict), f"{path} must hold a mapping of sections (model, data, train, decode)")
-    if isinstance(tree.get("data"), dict):
-        for name in ("train", "valid", "test"):
-            resolve_split_paths(tree["data"].get(name), path.parent, path, SplitConfig.KINDS)
-        for name in TOKENIZER_FILES:  # existing SentencePiece models: relative to the file's folder, like the data
-            if isinstance(tree["data"].get(name), str):
-                tree["data"][name] = str(path.parent / Path(tree["data"][name]).expanduser())
-    if (base := tree.pop("base", None)) is None:
-        return tree
-    _require(isinstance(base, str), f"{path}: base must be the name of a config file, got {base!r}")
-    base_path, chain = path.parent / base if (path.parent / base).is_file() else base, (*_children, path.resolve())
-    _require(find_config(base_path).resolve() not in chain, f"{path}: base {base} makes a cycle of base files")
-    return _merge(_read_yaml(base_path, chain), tree)
-
-
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: Config | None = None
-) -> Config:
-    """Read a YAML config (any subset of the keys), apply `section.key=value` overrides and validate.
-
-    With `base` (e.g. the config stored in a checkpoint), the file's sections update the base's key by key; a file
-    can build on another file the same way with a top-level `base: other.yaml` key.
-    """
-    tree = _merge(base.to_dict() if base is not None else {}, _read_yaml(path) if path is not None else {})
-    for override in overrides:
-        set_dotted(tree, override)
-    return from_dict(_without_removed(tree, warn=True))
-
-
-def save_config(config: Config, path: str | Path) -> None:
-    from transformer.fileio import write_text  # atomic: a full disk never leaves a torn config.yaml
-
-    write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
