@@ -36,6 +36,8 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     assert "transformer/bundled/configs/demo.yaml" in names and any(n.endswith("/licenses/LICENSE") for n in names)
     assert "transformer/bundled/data/bible-es-en/train.tsv.xz" in names and wheel.stat().st_size < 3_000_000
     assert "transformer/serving/page.html" in names  # transformer-serve's page travels with the package
+    packages = {path.parent.relative_to(ROOT).as_posix() for path in (ROOT / "transformer").rglob("__init__.py")}
+    assert {f"{package}/__init__.py" for package in packages} <= set(names)  # pyproject.toml lists each package
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
