@@ -146,6 +146,18 @@ def test_build_batches_cuts_greedily_in_length_order():
     assert batches == [[1, 3], [4], [2], [0]]  # lengths [1, 2], [3], [4], [5]: 2*2 <= 6, 2*3 > 6
 
 
+@pytest.mark.parametrize("longest", [50, 300, 1500])  # a 16-bit sort key, a 32-bit one, one past 65,535 pairs
+def test_build_batches_orders_by_length_then_source_then_the_seeds_permutation(longest):
+    """The order is a lexicographic sort by (max(S, T), S, place in the seed's permutation): np.lexsort as oracle;
+    indices in 4 bytes (the peak memory of 36M pairs rests on it)."""
+    rng = np.random.default_rng(3)
+    src, tgt = rng.integers(1, longest, 70_000).astype(np.int32), rng.integers(1, longest, 70_000).astype(np.int32)
+    order, bounds = build_batches(src, tgt, max_tokens=4 * longest, seed=9)
+    place = np.argsort(np.random.default_rng(9).permutation(len(src)))  # where each pair lands in the shuffle
+    assert np.array_equal(order, np.lexsort((place, src, np.maximum(src, tgt))))
+    assert order.dtype == np.int32 and bounds[-1] == len(src)
+
+
 def test_collate_pads_and_places_bos_and_eos():
     split = EncodedSplit.from_lists([[5, 6, EOS_ID], [7, EOS_ID], [8, 9, 10, 11, EOS_ID]], [[4], [4, 5, 6], []])
     batch = collate(split, [1, 0, 2])

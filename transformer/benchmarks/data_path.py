@@ -5,7 +5,9 @@ older one unpacked elsewhere, to compare), which reports its wall time and two p
 `getrusage`: the process itself (RUSAGE_SELF: reading, SentencePiece, writing) and its largest waited-for child
 (RUSAGE_CHILDREN: the encoding processes). The corpora are synthetic (scripts/make_synthetic_corpus.py, seeded
 from the bundled corpus): WMT-like lengths and millions of distinct words. scripts/benchmark_prepare.py runs it;
-the figures are in docs/benchmarks.md.
+the figures are in docs/benchmarks.md. `start_ranks` starts the trainer under torchrun instead and reads each rank's
+memory from /proc while it runs: its peak RSS, and how much of it is its own (private) rather than pages it shares
+with the other rank (the cache's memory-mapped arrays, read by both).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +89,49 @@ def prepare_and_start(source: Path, corpus: Path, work: Path, num_proc: int) -> 
     prepared = measure(source, "prepare_main", data_overrides(corpus, cache, num_proc))
     started = measure(source, "train_main", [*data_overrides(corpus, cache, num_proc), *trainer_overrides(out)])
     return {"prepare": prepared, "trainer": started}
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _memory_kb(pid: int) -> dict[str, int]:
+    """Peak RSS (VmHWM), RSS, PSS and private kB of a live process; {} once it is gone."""
+    try:
+        status = (Path(f"/proc/{pid}/status").read_text() + Path(f"/proc/{pid}/smaps_rollup").read_text()).split()
+    except OSError:
+        return {}
+    field = lambda name: int(status[status.index(name) + 1])
+    return {"peak": field("VmHWM:"), "rss": field("Rss:"), "pss": field("Pss:"),
+            "private": field("Private_Clean:") + field("Private_Dirty:")}  # fmt: skip
+
+
+def start_ranks(source: Path, corpus: Path, cache: Path, out: Path, num_proc: int, ranks: int) -> dict:
+    """A trainer's start-up under `torchrun --nproc_per_node ranks` (gloo, on the CPU) on an encoded `cache` of
+    `corpus`: wall time, and each rank's peak RSS, peak PSS and peak private memory (GB), sampled every 0.1 s."""
+    env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    args = [*data_overrides(corpus, cache, num_proc), *trainer_overrides(out)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
+               str(29600 + os.getpid() % 300), "-m", "transformer", "train", *args]  # fmt: skip
+    peaks: dict[int, dict[str, int]] = defaultdict(dict)
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as log, subprocess.Popen(command, env=env, cwd=source, stdout=log, stderr=log) as run:
+        while run.poll() is None:
+            for pid in _children(run.pid):  # torchrun's own process is the agent; the ranks are its children
+                for key, kb in _memory_kb(pid).items():
+                    peaks[pid][key] = max(peaks[pid].get(key, 0), kb)
+            time.sleep(0.1)
+        if run.returncode:
+            log.seek(0)
+            raise RuntimeError(f"torchrun failed ({run.returncode}): {log.read().decode(errors='replace')[-2000:]}")
+    seen = [{key: kb / 1e6 for key, kb in peak.items()} for peak in peaks.values() if peak]
+    return {"seconds": time.perf_counter() - start, "ranks": sorted(seen, key=lambda peak: -peak["peak"])}
