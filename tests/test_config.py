@@ -166,3 +166,15 @@ def test_a_cycle_of_base_files_is_refused(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="cycle of base files"):
         load_config(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [("train", "onednn_linear", True),
+                                                       ("train", "fast_cpu_dropout", False)])  # fmt: skip
+def test_a_removed_key_is_warned_about_and_ignored(section, key, value, tmp_path, caplog):
+    """A file, a --set or a checkpoint's stored config that names a key of an earlier version still loads."""
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{section}:\n  {key}: {value}\n", encoding="utf-8")
+    assert load_config(path) == load_config()
+    assert f"{section}.{key} is no longer a setting" in caplog.text
+    assert load_config(overrides=[f"{section}.{key}={value}"]) == load_config()
+    assert from_dict({section: {key: value}}) == load_config()
