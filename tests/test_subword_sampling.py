@@ -3,6 +3,9 @@ sampler that trains epoch e on copy e mod K, resumed exactly."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_corpus import hf_cache  # noqa: F401 (autouse)
@@ -40,9 +43,9 @@ def _rows(split: EncodedSplit) -> list[tuple[list[int], list[int]]]:
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_copies_are_seeded_differ_and_hold_the_same_text(model_type, values, monkeypatch):
-    """BPE-dropout and unigram sampling: two runs with one seed (here: 1 process, then 2) sample the same
-    copies; the copies differ from each other and from the deterministic split, are longer, and decode to the
-    same sentences, pair for pair."""
+    """BPE-dropout and unigram sampling: two preparations with one seed in this process (1 encoding process,
+    then 2) sample the same copies; the copies differ from each other and from the deterministic split, are
+    longer, and decode to the same sentences, pair for pair."""
     monkeypatch.setattr(subword_sampling, "CHUNK_PAIRS", 70)  # 5 chunks: the seeds follow the chunk, not the process
     first = prepare_data(_config(values, data={"spm_model_type": model_type}), progress=False)
     config = _config(values, "2", data={"spm_model_type": model_type, "num_proc": 2})
@@ -59,12 +62,22 @@ def test_copies_are_seeded_differ_and_hold_the_same_text(model_type, values, mon
 
 
 def test_pairs_over_the_limit_keep_the_deterministic_segmentation(values):
-    config = _config(values, data={"max_tokens_per_sentence": 40})
-    prepared = prepare_data(config, progress=False)
-    train, (copy, *_) = prepared.splits["train"], prepared.segmentations
-    assert copy.src_lengths.max() <= 40 and copy.tgt_lengths.max() <= 40
-    kept = [i for i in range(len(train)) if _rows(copy)[i] == _rows(train)[i]]
-    assert kept and len(kept) < len(train) // 2  # some pairs (the long ones) fell back; most were sampled
+    """Each pair of a copy under a limit of 40 is, exactly: its sampled pieces (read from a copy of the same seed
+    without the limit, sampled in this process) where they fit, else its deterministic pieces; meta.json counts
+    the second kind, and both kinds occur."""
+    limited = prepare_data(_config(values, data={"max_tokens_per_sentence": 40}), progress=False)
+    free = prepare_data(_config(values, "free"), progress=False)  # the limit filters after sampling: same draws
+    train, copy = _rows(limited.splits["train"]), _rows(limited.segmentations[0])
+    free_train, free_copy = _rows(free.splits["train"]), _rows(free.segmentations[0])
+    matches = iter(range(len(free_train)))
+    fallbacks = 0
+    for pair, sampled in zip(train, copy):
+        j = next(j for j in matches if free_train[j] == pair)  # both splits keep the corpus order
+        fits = len(free_copy[j][0]) <= 40 and len(free_copy[j][1]) + 1 <= 40  # + 1: the decoder's BOS
+        assert sampled == (free_copy[j] if fits else pair)
+        fallbacks += not fits
+    meta = json.loads((Path(limited.cache_paths["train_sampled_0"]) / "meta.json").read_text())
+    assert meta["deterministic_pairs"] == fallbacks > 0 and sum(a != b for a, b in zip(train, copy)) > 0
 
 
 def test_the_cache_is_reused_only_for_the_same_setting(values, monkeypatch):

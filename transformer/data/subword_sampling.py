@@ -11,8 +11,10 @@ number k), all written in one pass over the corpus when missing; epoch e trains 
 (`PreparedData.train_split`, `SegmentedBatchSampler`). So the encoding never runs on the training step's path, and
 a resumed run, which knows its epoch, reads the very pieces the uninterrupted run read.
 
-- Seeds: copy k of chunk i (`encoding.chunk_seeds`) draws from a hash of (train.seed, k, i) and the side, so two
-  runs with one seed sample alike whatever `data.num_proc`, and copy k is the same whatever K.
+- Seeds: copy k of chunk i (`encoding.chunk_seeds`) draws from a hash of (train.seed, k, i) and the side, so one
+  seed samples alike whatever `data.num_proc`, and copy k is the same whatever K. Within one process only, from
+  SentencePiece 0.2.2 on: its `absl::BitGen` salts every seed once per process (docs/training.md); the cache, not
+  the seed, is what a resumed run relies on.
 - Filtering: the length filter (`max_tokens_per_sentence`, `max_length_ratio`, and the copies and duplicates)
   decides on the deterministic segmentation, so every copy holds the same pairs as the `train-` folder. A pair
   whose sampled side exceeds `max_tokens_per_sentence` keeps its deterministic pieces in that copy (they fit: the

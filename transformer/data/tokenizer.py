@@ -90,7 +90,8 @@ def _sampling(sample: tuple[float, int] | None, table: PieceTable | None = None)
     """SentencePiece's options for a sampled segmentation (Kudo 2018 for unigram models, BPE-dropout for BPE
     models: alpha is then the probability of dropping a merge), seeded. SentencePiece draws from a thread-local
     generator seeded when the thread starts: a list is encoded on fresh threads, so with one thread the same
-    (texts, seed) always give the same pieces, whatever was encoded before. Not through an id table (`table`)."""
+    (texts, seed) give the same pieces, whatever was encoded before, in one process (from SentencePiece 0.2.2 on,
+    absl salts the seed once per process: another process samples other pieces). Not through an id table (`table`)."""
     if sample is None:
         return {}
     if table is not None:
