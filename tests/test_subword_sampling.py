@@ -4,23 +4,27 @@ sampler that trains epoch e on copy e mod K, resumed exactly."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_corpus import hf_cache  # noqa: F401 (autouse)
-from test_data import bible_config, cache_digests
+from test_data import ROOT, bible_config, cache_digests
 from test_trainer import _args, _losses
 
 from transformer.checkpoint import load_checkpoint
 from transformer.commands.cli import train_main
-from transformer.config import ConfigError, from_dict
+from transformer.config import ConfigError, from_dict, save_config
 from transformer.data import prepare as data_module
 from transformer.data import subword_sampling
 from transformer.data.batching import TokenBatchSampler
 from transformer.data.encoded import EncodedSplit
 from transformer.data.prepare import PreparedData, prepare_data
 from transformer.data.subword_sampling import SegmentedBatchSampler, merge_rows
+from transformer.data.tokenizer import seeds_repeat_across_processes
 from transformer.errors import UserError
 from transformer.training.trainer import train_batches
 
@@ -59,6 +63,26 @@ def test_copies_are_seeded_differ_and_hold_the_same_text(model_type, values, mon
     for copy in first.segmentations:
         assert len(copy) == len(train) and copy.src_lengths.sum() > train.src_lengths.sum()
         assert text(copy, "src") == text(train, "src") and text(copy, "tgt") == text(train, "tgt")
+
+
+PREPARE = "import sys; from transformer.config import load_config; from transformer.data.prepare import prepare_data; "
+PREPARE += "prepare_data(load_config(sys.argv[1]), progress=False)"
+
+
+def test_another_process_samples_alike_exactly_where_sentencepiece_repeats_seeds(values, tmp_path):
+    """Two processes prepare one setting into two caches: their copies match byte for byte exactly when
+    `seeds_repeat_across_processes` says so (a seeded mt19937 up to SentencePiece 0.2.1; absl's salted BitGen from
+    0.2.2 on samples other pieces in another process, with odds of 2**-32 against). The preparation warns then."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    digests = []
+    for name in ("a", "b"):
+        save_config(_config(values, name), tmp_path / f"{name}.yaml")
+        run = subprocess.run([sys.executable, "-c", PREPARE, tmp_path / f"{name}.yaml"], env=env, capture_output=True)
+        assert run.returncode == 0, run.stderr.decode()
+        assert ("salts its sampling seeds" in run.stderr.decode()) != seeds_repeat_across_processes()
+        paths = prepare_data(_config(values, name), progress=False).cache_paths  # read back: nothing sampled again
+        digests.append(cache_digests({k: v for k, v in paths.items() if k.startswith("train_sampled")}))
+    assert (digests[0] == digests[1]) == seeds_repeat_across_processes() and len(digests[0]) == 3
 
 
 def test_pairs_over_the_limit_keep_the_deterministic_segmentation(values):

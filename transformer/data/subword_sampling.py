@@ -13,8 +13,8 @@ a resumed run, which knows its epoch, reads the very pieces the uninterrupted ru
 
 - Seeds: copy k of chunk i (`encoding.chunk_seeds`) draws from a hash of (train.seed, k, i) and the side, so one
   seed samples alike whatever `data.num_proc`, and copy k is the same whatever K. Within one process only, from
-  SentencePiece 0.2.2 on: its `absl::BitGen` salts every seed once per process (docs/training.md); the cache, not
-  the seed, is what a resumed run relies on.
+  SentencePiece 0.2.2 on: its `absl::BitGen` salts every seed once per process (`seeds_repeat_across_processes`,
+  docs/training.md); the cache, not the seed, is what a resumed run relies on.
 - Filtering: the length filter (`max_tokens_per_sentence`, `max_length_ratio`, and the copies and duplicates)
   decides on the deterministic segmentation, so every copy holds the same pairs as the `train-` folder. A pair
   whose sampled side exceeds `max_tokens_per_sentence` keeps its deterministic pieces in that copy (they fit: the
@@ -31,13 +31,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import sentencepiece as spm
 
 from transformer.config import DataConfig
 from transformer.data.cleaning import PairFilter
 from transformer.data.corpus import CHUNK_PAIRS, stream_pairs
 from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
 from transformer.data.encoding import Workers, encode_chunks
-from transformer.data.tokenizer import Tokenizer
+from transformer.data.tokenizer import Tokenizer, seeds_repeat_across_processes
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,10 @@ def prepare_segmentations(
     if missing:
         log.info("train: encoding sampled segmentations %s of %d (alpha %g)", missing, len(folders),
                  data.subword_sampling.alpha)  # fmt: skip
+        if not seeds_repeat_across_processes():
+            log.warning("train: SentencePiece %s salts its sampling seeds once per process, so another preparation "
+                        "of this setting would sample other copies (this cache keeps these; sentencepiece<0.2.2 "
+                        "repeats them)", spm.__version__)  # fmt: skip
         seeds = [(seed, k) for k in missing]
         _write_all([folders[k] for k in missing], lambda tmps: _write_copies(tmps, data, tokenizer, workers, seeds))
     return [load_split(folder) for folder in folders]

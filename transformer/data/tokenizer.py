@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -100,6 +101,12 @@ def _sampling(sample: tuple[float, int] | None, table: PieceTable | None = None)
     alpha, seed = sample
     spm.set_random_generator_seed(seed)
     return {"enable_sampling": True, "alpha": alpha, "nbest_size": -1, "num_threads": 1}
+
+
+def seeds_repeat_across_processes() -> bool:
+    """Whether SentencePiece's seeded sampling gives the same pieces in another process: up to 0.2.1 its generator
+    is a seeded `std::mt19937`; from 0.2.2 an `absl::BitGen`, whose seeds absl salts once per process."""
+    return tuple(int(part) for part in re.findall(r"\d+", spm.__version__)[:3]) < (0, 2, 2)
 
 
 class Tokenizer:
