@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer.benchmarks.throttle import reference_update_rate, run_throttled
+from transformer.benchmarks.throttle import calibrate, run_throttled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument(
         "--updates-per-second",
         type=float,
-        help="the reference workload's training rate to imitate (probed here; benchmarks/throttle.py)",
+        help="the reference workload's training rate to imitate (calibrated here: 3 probes, about 3 minutes; "
+        "benchmarks/throttle.py)",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS ...]")
     args = parser.parse_args(argv)
@@ -32,12 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command to run after --")
     fraction = args.speed
     if args.updates_per_second:
-        rate = reference_update_rate()
-        fraction = min(args.updates_per_second / rate, 1.0)
-        print(
-            f"slow_cpu: this machine trains the reference workload at {rate:.2f} updates/s; speed {fraction:.3f}",
-            file=sys.stderr,
-        )
+        fraction, readings = calibrate(args.updates_per_second)
+        said = ", ".join(f"{rate:.2f} updates/s at speed {speed:.3f}" for speed, rate in readings)
+        print(f"slow_cpu: the reference workload trains at {said}; speed {fraction:.3f}", file=sys.stderr)
     if not 0 < fraction <= 1:
         parser.error(f"--speed must be in (0, 1], got {fraction}")
     return run_throttled(command, fraction)

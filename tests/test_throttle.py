@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer.benchmarks.throttle import reference_update_rate, run_throttled
+from transformer.benchmarks.throttle import calibrate, reference_update_rate, run_throttled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,18 +48,39 @@ def _slow_cpu_script():
     return module
 
 
+def _machine(full: float, bonus: float, noise=(1.0,)):
+    """A stub probe: `full` updates/s unthrottled, `bonus` times its share under the throttle, the throttled
+    readings scaled in turn by `noise`."""
+    scale = iter(noise * 10)
+    return lambda speed, cache: full if speed == 1 else full * bonus * speed * next(scale)
+
+
+def test_the_calibration_corrects_the_share_by_the_throttled_readings():
+    """10 updates/s unthrottled and 10% more than its share throttled: asking 2.2 first runs at 0.22 (2.42 read),
+    then at 0.2 (2.2 read); the speed is 0.2 and the readings come back. With readings off by +-5% in turn, the
+    mean of the two throttled readings cancels it (the last alone would not)."""
+    speed, readings = calibrate(2.2, measure=_machine(10.0, 1.1))
+    assert speed == pytest.approx(0.2) and [s for s, _ in readings] == pytest.approx([1.0, 0.22, 0.2])
+    assert [r for _, r in readings] == pytest.approx([10.0, 2.42, 2.2])
+    assert calibrate(2.2, measure=_machine(10.0, 1.1, (1.05, 0.95)))[0] == pytest.approx(0.2, rel=1e-3)
+    assert calibrate(50.0, measure=_machine(10.0, 1.1))[0] == 1.0  # slower than asked: the whole CPU
+
+
 def test_slow_cpu_gives_the_command_the_share_that_brings_the_reference_to_the_asked_rate(monkeypatch, capsys):
     """The README's `python scripts/slow_cpu.py --updates-per-second 2.42 -- make demo`, with the calibration
-    stubbed (10 updates/s here, so 2.5 asked is a share of 0.25) and a short command in place of the demo."""
+    stubbed (a share of 0.25, from two readings) and a short command in place of the demo."""
     script = _slow_cpu_script()
-    monkeypatch.setattr(script, "reference_update_rate", lambda: 10.0)
+    monkeypatch.setattr(script, "calibrate", lambda rate: (0.25, [(1.0, 10.0), (0.25, 2.5)]))
     assert script.main(["--updates-per-second", "2.5", "--", sys.executable, "-c", "raise SystemExit(4)"]) == 4
-    assert "reference workload at 10.00 updates/s; speed 0.250" in capsys.readouterr().err
+    said = "reference workload trains at 10.00 updates/s at speed 1.000, 2.50 updates/s at speed 0.250; speed 0.250"
+    assert said in capsys.readouterr().err
     assert script.main(["--speed", "1", "--", sys.executable, "-c", "pass"]) == 0
 
 
 @pytest.mark.slow
 def test_the_reference_rate_is_measured_by_real_training():
-    """The calibration trains the reference shape (on the tiny config's corpus here) and times updates 50..100."""
+    """The calibration trains the reference shape (on the tiny config's corpus here) and times updates 50..100,
+    throttled too."""
     rate = reference_update_rate("tiny", steps=100)
     assert 0.1 < rate < 1000
+    assert reference_update_rate("tiny", steps=100, speed=0.5) < rate  # throttled: slower in wall time
