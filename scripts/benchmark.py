@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -37,7 +36,7 @@ from transformer.commands.cli import user_errors_exit_2
 from transformer.config import load_config
 from transformer.data.batching import Batch
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer.devices import avoid_cudnn_attention
+from transformer.devices import avoid_cudnn_attention, cpu_model
 from transformer.errors import UserError
 from transformer.model.transformer import Transformer, count_parameters
 from transformer.precision import autocast, resolve_precision
@@ -242,15 +241,6 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
     return engines
 
 
-def _cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def run(args) -> dict:
     """Measure every engine on the same batches; print a table and return the docs/results/ record."""
     cfg = load_config(args.config, args.overrides).model
@@ -265,7 +255,7 @@ def run(args) -> dict:
     params = count_parameters(ours)
     src_per_tgt = sum(int(b.src.ne(PAD_ID).sum()) for b in batches) / sum(b.n_tgt_tokens for b in batches)
     per_token = flops_per_token(ours, cfg, args.mean_len, src_per_tgt)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({_cpu_name()})"
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({cpu_model()})"
     peak_tf, peak_name = _peak(args.peak_tflops, name) if device.type == "cuda" else (None, None)
     print(f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")  # fmt: skip
@@ -376,7 +366,7 @@ def decode_main(argv: list[str] | None = None) -> None:
     if args.device == "cuda":
         device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     else:
-        device = f"{_cpu_name()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
+        device = f"{cpu_model()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
     common = {"kind": "decode", "device": device, "device_type": args.device,
               "date": datetime.date.today().isoformat(), "command": command, "shape": shape,

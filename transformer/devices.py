@@ -1,8 +1,12 @@
-"""Which device to run on, and the process-wide CUDA settings that training and decoding share."""
+"""Which device to run on, what it is called (in every results file), and the process-wide CUDA settings that
+training and decoding share."""
 
 from __future__ import annotations
 
+import os
+import platform
 import re
+from pathlib import Path
 
 import torch
 
@@ -20,6 +24,26 @@ def pick_device(name: str | None = None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name} requested but CUDA is not available here; use --device cpu")
     return device
+
+
+def cpu_model() -> str:
+    """/proc/cpuinfo's model name ('AMD EPYC 9R14'), else what `platform` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else ""
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return found[1].strip() if found else platform.processor() or platform.machine() or "unknown model"
+
+
+def cpu_name() -> str:
+    """'2-core CPU (AMD EPYC)': the cores this process may use and `cpu_model()`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores}-core CPU ({cpu_model()})"
+
+
+def device_name(cuda: bool | None = None) -> str:
+    """The GPU's name as torch reports it ('NVIDIA H100 80GB HBM3') when `cuda` (None: when there is one), else
+    `cpu_name()`."""
+    return torch.cuda.get_device_name(0) if (torch.cuda.is_available() if cuda is None else cuda) else cpu_name()
 
 
 def avoid_cudnn_attention() -> None:

@@ -15,13 +15,13 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from transformer.devices import cpu_name, device_name  # noqa: F401 (re-exported: every record names its device)
 from transformer.fileio import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,26 +48,6 @@ def code_commit(given: str | None = None) -> str:
         return UNKNOWN
     changed = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
     return commit + ("-dirty" if changed else "")
-
-
-def cpu_name() -> str:
-    """'2-core CPU (AMD EPYC)': the cores this process may use and /proc/cpuinfo's model name."""
-    model = platform.processor() or platform.machine() or "unknown model"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(errors="replace"), re.MULTILINE)
-        model = found[1].strip() if found else model
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cores}-core CPU ({model})"
-
-
-def device_name(cuda: bool) -> str:
-    """The GPU's name as torch reports it ('NVIDIA H100 80GB HBM3'), or `cpu_name()`."""
-    if cuda:
-        import torch
-
-        return torch.cuda.get_device_name(0)
-    return cpu_name()
 
 
 def slug(text: str, limit: int = 40) -> str:

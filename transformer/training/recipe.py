@@ -21,11 +21,11 @@ import json
 import logging
 import math
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
 from transformer.config import Config, load_config, parse_duration
+from transformer.devices import device_name
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -118,20 +118,6 @@ def checkpoints_to_average(out_dir: Path, *, save_every: int, last: int) -> list
     final = found[-1]
     on_schedule = [p for p in found[:-1] if not save_every or int(p.stem.split("_")[1]) % save_every == 0]
     return (on_schedule + [final])[-last:]
-
-
-def device_name() -> str:
-    """'NVIDIA H100 80GB HBM3' or '2-core CPU (AMD EPYC ...)': what the results file names."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    model = platform.processor() or "unknown model"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
-        model = names[0] if names else model
-    return f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}-core CPU ({model})"
 
 
 def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dict[str, Any], int]:
