@@ -93,8 +93,8 @@ def calibrate(
     """The speed at which the reference workload trains at `updates_per_second` here, and the readings behind it,
     [(speed, updates/s measured at it), ...]. The first reading is unthrottled; the next `rounds` run under the
     throttle, each at the speed that the throttled readings so far give. Stopping the processes does not slow them
-    by exactly the share (on a 2-core Zen 4, 7-15% less: they run faster while they run), so the speed comes from
-    the throttled readings alone: R / the mean of their rate per unit of speed. At most 1."""
+    by exactly the share (on a 2-core Zen 4, 4-18% less in five calibrations: they run faster while they run), so
+    the speed comes from the throttled readings alone: R / the mean of their rate per unit of speed. At most 1."""
 
     def speed_for(readings: list[tuple[float, float]]) -> float:
         per_speed = [rate / speed for speed, rate in readings[1:]] or [readings[0][1]]
