@@ -43,7 +43,9 @@ def cpu_name() -> str:
 def device_name(cuda: bool | None = None) -> str:
     """The GPU's name as torch reports it ('NVIDIA H100 80GB HBM3') when `cuda` (None: when there is one), else
     `cpu_name()`."""
-    return torch.cuda.get_device_name(0) if (torch.cuda.is_available() if cuda is None else cuda) else cpu_name()
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    return torch.cuda.get_device_name(0) if cuda else cpu_name()
 
 
 def avoid_cudnn_attention() -> None:
