@@ -25,7 +25,7 @@ from pathlib import Path
 from transformer.commands.cli import user_errors_exit_2
 from transformer.errors import UserError
 
-# Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192, 1.45x
+# Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192, 1.4-1.45x
 # the updates in the same time) learns more: dev BLEU 19.8 against 17.0 in the time of 1,826 updates of demo.yaml
 # (an older 2-core CPU), 22.3 against 20.8 in that of 3,300, 21.9 against 23.2 in that of 6,000 (a fast one); the
 # difference crosses zero near 4,500 (docs/demo-tuning.md, "For the machine at hand"). Near that crossing the two
