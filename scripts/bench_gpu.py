@@ -23,12 +23,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {  # benchmark.py arguments per shape
-    "base": ["--config", "configs/base.yaml", "--vocab", "37000", "--tokens", "25000", "--steps", "20",
-             "--warmup", "5", "--rounds", "2"],
-    "big": ["--config", "configs/big.yaml", "--vocab", "37000", "--tokens", "25000", "--steps", "10",
-            "--warmup", "3", "--rounds", "2"],
+    "base": [
+        "--config",
+        "configs/base.yaml",
+        "--vocab",
+        "37000",
+        "--tokens",
+        "25000",
+        "--steps",
+        "20",
+        "--warmup",
+        "5",
+        "--rounds",
+        "2",
+    ],
+    "big": [
+        "--config",
+        "configs/big.yaml",
+        "--vocab",
+        "37000",
+        "--tokens",
+        "25000",
+        "--steps",
+        "10",
+        "--warmup",
+        "3",
+        "--rounds",
+        "2",
+    ],
     "tiny": ["--config", "configs/tiny.yaml", "--vocab", "300", "--tokens", "300", "--steps", "2", "--warmup", "1"],
-}  # fmt: skip
+}
 BEGIN, END = "<!-- bench-gpu table: begin -->", "<!-- bench-gpu table: end -->"
 
 
@@ -39,8 +63,17 @@ def slug(text: str) -> str:
 def measure(shape: str, out: Path, peers: str) -> Path:
     """Run benchmark.py for one shape in a fresh process; returns the JSON it wrote."""
     tmp = out / f".train_{shape}.json"
-    command = [sys.executable, "scripts/benchmark.py", *SHAPES[shape], "--shape", shape, "--peers", peers,
-               "--json", str(tmp)]  # fmt: skip
+    command = [
+        sys.executable,
+        "scripts/benchmark.py",
+        *SHAPES[shape],
+        "--shape",
+        shape,
+        "--peers",
+        peers,
+        "--json",
+        str(tmp),
+    ]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=True)
     record = json.loads(tmp.read_text("utf-8"))
@@ -53,9 +86,11 @@ def _row(r: dict, name: str) -> str:
     e = r["engines"]
     peer = lambda k: f"{e[k]['tokens_per_s']:,.0f}" if k in e else "not run"
     ratio = f"{e['ours']['tokens_per_s'] / e['hf_marian']['tokens_per_s']:.2f}x" if "hf_marian" in e else "-"
-    return (f"| {r['shape']} | {r['device']} | {r['date']} | {r['tokens_per_update']:,} | "
-            f"{e['ours']['tokens_per_s']:,.0f} | {_mfu(r)} | {e['ours']['peak_mem_gb']} | "
-            f"{peer('nn_transformer')} | {peer('hf_marian')} | {ratio} | [{name}](results/{name}) |")  # fmt: skip
+    return (
+        f"| {r['shape']} | {r['device']} | {r['date']} | {r['tokens_per_update']:,} | "
+        f"{e['ours']['tokens_per_s']:,.0f} | {_mfu(r)} | {e['ours']['peak_mem_gb']} | "
+        f"{peer('nn_transformer')} | {peer('hf_marian')} | {ratio} | [{name}](results/{name}) |"
+    )
 
 
 def _mfu(r: dict) -> str:
@@ -70,9 +105,11 @@ def table(results: Path) -> str:
         if r.get("kind") != "train_throughput" or r.get("device_type") != "cuda":
             continue  # CPU figures are never shown as GPU ones
         rows.append((r["date"], _row(r, path.name)))
-    head = ("| shape | GPU | date | target tokens / step | ours tokens/s | MFU (of TFLOP/s) | ours peak GB | "
-            "nn.Transformer tokens/s | HF Marian tokens/s | ours / Marian | record |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    head = (
+        "| shape | GPU | date | target tokens / step | ours tokens/s | MFU (of TFLOP/s) | ours peak GB | "
+        "nn.Transformer tokens/s | HF Marian tokens/s | ours / Marian | record |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     body = "\n".join(row for _, row in sorted(rows, reverse=True)) or "| no GPU run of `make bench-gpu` yet |"
     return f"{head}\n{body}" if rows else body
 
@@ -101,8 +138,10 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shape on the CPU, for the test only")
     args = parser.parse_args()
     if not args.cpu_smoke and not _has_cuda():
-        print("error: no CUDA device: make bench-gpu measures GPUs only (scripts/benchmark.py measures a CPU)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "error: no CUDA device: make bench-gpu measures GPUs only (scripts/benchmark.py measures a CPU)",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -66,10 +66,15 @@ class TorchPeer(nn.Module):
         super().__init__()
         self.ours = ours  # embeddings and output projection only
         self.core = nn.Transformer(
-            d_model=cfg.d_model, nhead=cfg.n_heads, num_encoder_layers=cfg.n_encoder_layers,
-            num_decoder_layers=cfg.n_decoder_layers, dim_feedforward=cfg.d_ff, dropout=cfg.dropout,
-            batch_first=True, norm_first=cfg.norm_first,
-        )  # fmt: skip
+            d_model=cfg.d_model,
+            nhead=cfg.n_heads,
+            num_encoder_layers=cfg.n_encoder_layers,
+            num_decoder_layers=cfg.n_decoder_layers,
+            dim_feedforward=cfg.d_ff,
+            dropout=cfg.dropout,
+            batch_first=True,
+            norm_first=cfg.norm_first,
+        )
 
     def forward(self, src, tgt_in):
         enc, dec = self.ours.encoder, self.ours.decoder
@@ -77,8 +82,14 @@ class TorchPeer(nn.Module):
         y = dec.embed(tgt_in)
         T = tgt_in.size(1)
         mask = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)
-        h = self.core(x, y, tgt_mask=mask, src_key_padding_mask=src == PAD_ID, memory_key_padding_mask=src == PAD_ID,
-                      tgt_is_causal=True)  # fmt: skip
+        h = self.core(
+            x,
+            y,
+            tgt_mask=mask,
+            src_key_padding_mask=src == PAD_ID,
+            memory_key_padding_mask=src == PAD_ID,
+            tgt_is_causal=True,
+        )
         return self.ours.output_proj(h)
 
 
@@ -86,13 +97,23 @@ def marian_peer(cfg, vocab: int):
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        vocab_size=vocab, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        dropout=cfg.dropout, activation_function="relu", pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID, max_position_embeddings=1024, scale_embedding=True,
+        vocab_size=vocab,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        dropout=cfg.dropout,
+        activation_function="relu",
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        max_position_embeddings=1024,
+        scale_embedding=True,
         share_encoder_decoder_embeddings=True,
-    )  # fmt: skip
+    )
     model = MarianMTModel(config)
 
     class Wrapped(nn.Module):
@@ -196,13 +217,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak of the GPU in TFLOP/s "
-                        "(default: from the GPU's name, transformer/benchmarks/gpu_peaks.py)")  # fmt: skip
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=0.0,
+        help="dense bf16 peak of the GPU in TFLOP/s "
+        "(default: from the GPU's name, transformer/benchmarks/gpu_peaks.py)",
+    )
     parser.add_argument(
         "--cudnn-attention", action="store_true", help="let SDPA pick cuDNN's kernel, as torch does by default"
     )
-    parser.add_argument("--peers", default="torch,marian", help="comma-separated: torch, marian, reference (ours "
-                        "with the full-logits loss, the step before the chunked pad-free loss)")  # fmt: skip
+    parser.add_argument(
+        "--peers",
+        default="torch,marian",
+        help="comma-separated: torch, marian, reference (ours "
+        "with the full-logits loss, the step before the chunked pad-free loss)",
+    )
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
     args = parser.parse_args(argv)
@@ -257,8 +287,10 @@ def run(args) -> dict:
     per_token = flops_per_token(ours, cfg, args.mean_len, src_per_tgt)
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({cpu_model()})"
     peak_tf, peak_name = _peak(args.peak_tflops, name) if device.type == "cuda" else (None, None)
-    print(f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")  # fmt: skip
+    print(
+        f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
     results = measure(engines, batches, precision, device, args.warmup, args.rounds)
     on_gpu = device.type == "cuda"
     print(f"{'model':<20}{'tokens/s':>12}{'vs ours':>9}{'MFU':>8}{'peak GB':>9}  rounds")
@@ -270,17 +302,26 @@ def run(args) -> dict:
     print("median of the per-round ratios:", ", ".join(f"{k} {v:.2f}x" for k, v in round_ratios(results).items()))
     ours_tok = results["ours"]["tokens_per_s"]
     return {
-        "kind": "train_throughput", "shape": args.shape or Path(args.config).stem, "device": name,
-        "device_type": device.type, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "precision": precision,
-        "threads": torch.get_num_threads() if not on_gpu else None, "parameters": params,
+        "kind": "train_throughput",
+        "shape": args.shape or Path(args.config).stem,
+        "device": name,
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "precision": precision,
+        "threads": torch.get_num_threads() if not on_gpu else None,
+        "parameters": params,
         "tokens_per_update": round(sum(b.n_tgt_tokens for b in batches) / len(batches)),
-        "flops_per_token": per_token, "source_tokens_per_target_token": round(src_per_tgt, 4), "engines": results,
+        "flops_per_token": per_token,
+        "source_tokens_per_target_token": round(src_per_tgt, 4),
+        "engines": results,
         "mfu": round(ours_tok * per_token / (peak_tf * 1e12), 4) if peak_tf else None,
-        "peak_tflops": peak_tf, "peak_tflops_name": peak_name,
+        "peak_tflops": peak_tf,
+        "peak_tflops_name": peak_name,
         "ratios": {f"ours/{k}": round(ours_tok / v["tokens_per_s"], 3) for k, v in results.items() if k != "ours"},
         "round_ratios": round_ratios(results),
-    }  # fmt: skip
+    }
 
 
 def _peak(given: float, device: str) -> tuple[float | None, str | None]:
@@ -344,8 +385,9 @@ def decode_main(argv: list[str] | None = None) -> None:
     offered = db.DEVICE_COMPUTES[args.device]
     computes = (args.computes or ",".join(offered[:2])).split(",")
     if unknown := [c for c in computes if c not in offered]:
-        raise UserError(f"--computes {','.join(unknown)} is not offered on --device {args.device}: use "
-                        f"{', '.join(offered)}")  # fmt: skip
+        raise UserError(
+            f"--computes {','.join(unknown)} is not offered on --device {args.device}: use {', '.join(offered)}"
+        )
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False)")
     torch.set_num_threads(args.threads)
@@ -359,39 +401,64 @@ def decode_main(argv: list[str] | None = None) -> None:
     )
     batches, left_out = db.batches_of(sources, args.batch_size), {}
     engines_by_compute = db.decode_engines(
-        model, tokenizer, config, args.engines.split(","), computes, threads=args.threads,
-        random_weights=not args.checkpoint, tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")), device=args.device,
+        model,
+        tokenizer,
+        config,
+        args.engines.split(","),
+        computes,
+        threads=args.threads,
+        random_weights=not args.checkpoint,
+        tmp=Path(tempfile.mkdtemp(prefix="decode_bench_")),
+        device=args.device,
         left_out=left_out,
-    )  # fmt: skip
+    )
     if args.device == "cuda":
         device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     else:
         device = f"{cpu_model()} ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s)"
     command = "python scripts/benchmark.py decode " + " ".join(argv or sys.argv[2:])
-    common = {"kind": "decode", "device": device, "device_type": args.device,
-              "date": datetime.date.today().isoformat(), "command": command, "shape": shape,
-              "processes": "one per engine, timed inside it", **({"note": args.note} if args.note else {})}  # fmt: skip
+    common = {
+        "kind": "decode",
+        "device": device,
+        "device_type": args.device,
+        "date": datetime.date.today().isoformat(),
+        "command": command,
+        "shape": shape,
+        "processes": "one per engine, timed inside it",
+        **({"note": args.note} if args.note else {}),
+    }
     for compute, factories in engines_by_compute.items():
         with db.EngineProcesses(factories) as engines:  # one process per engine, kept for every search
             for beam in map(int, args.beams.split(",")):
-                settings = db.DecodeSettings(beam=beam, alpha=args.alpha, max_len_a=args.max_len_a,
-                                             max_len_b=args.max_len_b, forced=args.forced)  # fmt: skip
+                settings = db.DecodeSettings(
+                    beam=beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b, forced=args.forced
+                )
                 result = db.time_engines(engines, sources, batches, settings, args.repeats)
                 engine_results = db.compare_engines(result, tokenizer, references)
                 left_out.update(engines.left_out)
-                record = {**common, **({"left_out": dict(left_out)} if left_out else {}), "beam": beam,
-                          "compute": compute, "sentences": len(sources),
-                          "batch_size": args.batch_size, "forced_length": args.forced or None,
-                          "settings": vars(settings), "engines": engine_results}  # fmt: skip
+                record = {
+                    **common,
+                    **({"left_out": dict(left_out)} if left_out else {}),
+                    "beam": beam,
+                    "compute": compute,
+                    "sentences": len(sources),
+                    "batch_size": args.batch_size,
+                    "forced_length": args.forced or None,
+                    "settings": vars(settings),
+                    "engines": engine_results,
+                }
                 _write_decode_record(record, Path(args.out))
 
 
 def _write_decode_record(record: dict, out: Path) -> None:
     """Print one line of tokens/s (BLEU, agreement with ours) and write decode_cpu_<shape>_<search>_<compute>.json."""
     search = "greedy" if record["beam"] == 1 else f"beam{record['beam']}"
-    line = ", ".join(f"{n} {e['tokens_per_s']:,.0f} tok/s" + (f" BLEU {e['bleu']:.2f}" if "bleu" in e else "")
-                     + (f" same {e['same_as_ours']:.3f}" if "same_as_ours" in e else "")
-                     for n, e in record["engines"].items())  # fmt: skip
+    line = ", ".join(
+        f"{n} {e['tokens_per_s']:,.0f} tok/s"
+        + (f" BLEU {e['bleu']:.2f}" if "bleu" in e else "")
+        + (f" same {e['same_as_ours']:.3f}" if "same_as_ours" in e else "")
+        for n, e in record["engines"].items()
+    )
     label = "greedy" if record["beam"] == 1 else f"beam {record['beam']}"
     print(f"{record['shape']} | {label} | {record['compute']}: {line}", flush=True)
     out.mkdir(parents=True, exist_ok=True)

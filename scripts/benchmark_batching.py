@@ -40,8 +40,10 @@ def main() -> None:
     start = time.perf_counter()
     n_batches = sum(1 for _ in sampler)
     iterate = time.perf_counter() - start
-    print(f"build: {build:.2f} s for {sampler.n_batches:,} batches of <= {args.max_tokens:,} tokens "
-          f"(mean {args.pairs / sampler.n_batches:.0f} pairs); one epoch of indices: {iterate:.2f} s")  # fmt: skip
+    print(
+        f"build: {build:.2f} s for {sampler.n_batches:,} batches of <= {args.max_tokens:,} tokens "
+        f"(mean {args.pairs / sampler.n_batches:.0f} pairs); one epoch of indices: {iterate:.2f} s"
+    )
     print(f"padding efficiency (real / padded tokens, source + target): {sampler.padding_efficiency():.3f}")
     assert n_batches == len(sampler)
 

@@ -42,11 +42,18 @@ def main() -> None:
             for name, tree in trees.items() if attempt % 2 == 0 else reversed(trees.items()):
                 work = args.work / f"run-{name}-{pairs}"
                 shutil.rmtree(work, ignore_errors=True)
-                result = {"kind": "prepare", "device": cpu_name(), "date": today(), "tree": name, "pairs": pairs,
-                          **prepare_and_start(tree, corpus, work, args.num_proc)}  # fmt: skip
+                result = {
+                    "kind": "prepare",
+                    "device": cpu_name(),
+                    "date": today(),
+                    "tree": name,
+                    "pairs": pairs,
+                    **prepare_and_start(tree, corpus, work, args.num_proc),
+                }
                 if args.ranks:
-                    result["torchrun"] = start_ranks(tree, corpus, work / "cache", work / "ranks", args.num_proc,
-                                                     args.ranks)  # fmt: skip
+                    result["torchrun"] = start_ranks(
+                        tree, corpus, work / "cache", work / "ranks", args.num_proc, args.ranks
+                    )
                 print(json.dumps(result), flush=True)
                 rows.append(result)
                 shutil.rmtree(work, ignore_errors=True)

@@ -27,8 +27,12 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=0, help="the first N test lines (0 = all), after --stride")
     parser.add_argument("--stride", type=int, default=1, help="every K-th test line (spread over the test books)")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--constraint-beam", type=int, help="the lines' beam with constraints: max(--beam, this) "
-                        "(default: the checkpoint's decode.constraint_beam_size)")  # fmt: skip
+    parser.add_argument(
+        "--constraint-beam",
+        type=int,
+        help="the lines' beam with constraints: max(--beam, this) "
+        "(default: the checkpoint's decode.constraint_beam_size)",
+    )
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
@@ -44,11 +48,16 @@ def main() -> None:
     wide = {"constraint_beam_size": args.constraint_beam} if args.constraint_beam else {}
     translator = Translator.from_checkpoint(args.checkpoint, device="cpu", beam_size=args.beam, **wide)._engine(1)
     result = {
-        "kind": "steering", "device": cpu_name(), "date": today(), "checkpoint": args.checkpoint,
-        "split": args.split, "stride": args.stride, "beam": args.beam,
+        "kind": "steering",
+        "device": cpu_name(),
+        "date": today(),
+        "checkpoint": args.checkpoint,
+        "split": args.split,
+        "stride": args.stride,
+        "beam": args.beam,
         "constraint_beam": max(args.beam, translator.settings.constraint_beam_size),
         **compare(translator, sources, references, constraints),
-    }  # fmt: skip
+    }
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

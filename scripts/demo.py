@@ -80,8 +80,9 @@ def _seconds_per_sentence(config, data, device, sample: int = 64) -> float:
     sources = list(data.splits["test"].src_text)
     sources = sources[:: max(len(sources) // sample, 1)][:sample]
     tokenizer = data.tokenizer
-    model = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
-                                    tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip
+    model = Transformer.from_config(
+        config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
+    )
     translator = Translator(model.to(device).eval(), tokenizer, config.decode, device=device)
     start = time.perf_counter()
     with torch.random.fork_rng():  # the probe leaves the training run's random state as it was
@@ -96,14 +97,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", default="15m", help="total wall time, setup to scores, e.g. 15m or 30m")
     parser.add_argument("--started-at", type=float, help="when the budget began, in epoch seconds (default: now)")
     parser.add_argument("--time", help="train exactly this long (e.g. 11m) instead of what the budget leaves")
-    parser.add_argument("--small-config", help="a smaller preset to train instead when --config would make fewer than "
-                        f"{SMALL_PRESET_BELOW:,} updates in the time it has (probed on this machine)")  # fmt: skip
+    parser.add_argument(
+        "--small-config",
+        help="a smaller preset to train instead when --config would make fewer than "
+        f"{SMALL_PRESET_BELOW:,} updates in the time it has (probed on this machine)",
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--examples", type=int, default=5, help="test verses to show")
-    parser.add_argument("--average", type=int, default=AVERAGE_LAST, help="score the average of the last N "
-                        "checkpoints (the final one included; 1 = the final checkpoint alone)")  # fmt: skip
-    parser.add_argument("--average-every", type=float, default=AVERAGE_EVERY,
-                        help="the averaged checkpoints' spacing, as a share of the training time")  # fmt: skip
+    parser.add_argument(
+        "--average",
+        type=int,
+        default=AVERAGE_LAST,
+        help="score the average of the last N checkpoints (the final one included; 1 = the final checkpoint alone)",
+    )
+    parser.add_argument(
+        "--average-every",
+        type=float,
+        default=AVERAGE_EVERY,
+        help="the averaged checkpoints' spacing, as a share of the training time",
+    )
     return parser
 
 
@@ -134,8 +146,10 @@ def _preset(args, config, data, device, seconds: float):
         return config, f"{args.config} ({expected})", rate
     small = load_config(args.small_config, [f"train.out_dir={args.out}", *args.overrides])
     small_rate = statistics.median(update_rates(small, data, device))  # probed too: its prediction is checked
-    why = (f"{args.small_config} ({args.config} would train {expected}, fewer than {SMALL_PRESET_BELOW:,}: the "
-           f"smaller model learns more; it trains {small_rate:.1f} updates/s)")  # fmt: skip
+    why = (
+        f"{args.small_config} ({args.config} would train {expected}, fewer than {SMALL_PRESET_BELOW:,}: the "
+        f"smaller model learns more; it trains {small_rate:.1f} updates/s)"
+    )
     return small, why, small_rate
 
 
@@ -172,8 +186,10 @@ def _score_test(args, config, result: dict, budget, checkpoint: Path, extra: dic
 
     out = Path(args.out)
     scores_json = out / "scores.json"
-    _banner(f"3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint {checkpoint} "
-            f"(beam {config.decode.beam_size}; {budget.describe()})")  # fmt: skip
+    _banner(
+        f"3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint {checkpoint} "
+        f"(beam {config.decode.beam_size}; {budget.describe()})"
+    )
     code = evaluate_main(["--checkpoint", str(checkpoint), "--json", str(scores_json)])
     if code:
         return code  # evaluate has said why
@@ -183,14 +199,22 @@ def _score_test(args, config, result: dict, budget, checkpoint: Path, extra: dic
 
     _banner(f"4. Scores on {len(references)} test verses ({budget.describe()})")
     _show_examples(sources, references, hypotheses, args.examples, config.data.src_lang)
-    record |= {"updates": result["step"], "reason": result["reason"], "train_minutes": result["elapsed"] / 60,
-               "total_minutes": budget.elapsed() / 60, "budget_minutes": budget.total / 60, **extra}  # fmt: skip
+    record |= {
+        "updates": result["step"],
+        "reason": result["reason"],
+        "train_minutes": result["elapsed"] / 60,
+        "total_minutes": budget.elapsed() / 60,
+        "budget_minutes": budget.total / 60,
+        **extra,
+    }
     scores_json.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     since = "setup included" if args.started_at else "since this script started"
     print(f"BLEU {record['bleu']:.1f}  {record['bleu_signature']}")  # the shipped model's: the last BLEU line
     print(f"chrF {record['chrf']:.1f}  {record['chrf_signature']}")
-    print(f"total {record['total_minutes']:.1f} min of the {args.budget} budget ({since}); {checkpoint.name}, its "
-          f"hypotheses, scores.json and curves.png in {args.out}")  # fmt: skip
+    print(
+        f"total {record['total_minutes']:.1f} min of the {args.budget} budget ({since}); {checkpoint.name}, its "
+        f"hypotheses, scores.json and curves.png in {args.out}"
+    )
     return 0
 
 
@@ -221,16 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     seconds = training_time()  # what is left once the probes are done
     config = config.replace("train", max_time=f"{seconds:.1f}s")
     if args.average > 1:  # a checkpoint every AVERAGE_EVERY of the training time, the last `average` kept
-        config = config.replace("train", save_every=0, save_every_minutes=args.average_every * seconds / 60,
-                                keep_last=args.average + 1)  # fmt: skip
+        config = config.replace(
+            "train", save_every=0, save_every_minutes=args.average_every * seconds / 60, keep_last=args.average + 1
+        )
     expected = rate * seconds * TRAINER_SHARE  # as _preset predicted, for the time left after the probes
 
-    _banner(f"2. Training {preset} for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for "
-            "scoring)")  # fmt: skip
+    _banner(
+        f"2. Training {preset} for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)"
+    )
     result = Trainer(config).run()
     made = result["step"]
-    print(f"trained {made:,} updates in {result['elapsed'] / 60:.1f} min ({result['reason']}); the probe predicted "
-          f"{expected:,.0f} for that time ({(made - expected) / max(expected, 1):+.1%})")  # fmt: skip
+    print(
+        f"trained {made:,} updates in {result['elapsed'] / 60:.1f} min ({result['reason']}); the probe predicted "
+        f"{expected:,.0f} for that time ({(made - expected) / max(expected, 1):+.1%})"
+    )
     checkpoint, extra = Path(args.out) / "checkpoint_last.pt", {"predicted_updates": round(expected)}
     if args.average > 1:
         checkpoint, steps = _average(Path(args.out), args.average, args.average_every)

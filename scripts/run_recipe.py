@@ -40,17 +40,25 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     record = run_recipe(
-        args.config, args.overrides, name=args.name, piece_seconds=parse_duration(args.piece),
-        piece_updates=args.piece_updates, max_pieces=args.max_pieces, average_last=args.average,
-        results_dir=args.results_dir, command=shlex.join(["python", "scripts/run_recipe.py", *argv]),
+        args.config,
+        args.overrides,
+        name=args.name,
+        piece_seconds=parse_duration(args.piece),
+        piece_updates=args.piece_updates,
+        max_pieces=args.max_pieces,
+        average_last=args.average,
+        results_dir=args.results_dir,
+        command=shlex.join(["python", "scripts/run_recipe.py", *argv]),
         progress=not args.no_progress,
-    )  # fmt: skip
+    )
     if record is None:
         print("not finished: run the same command again to continue")
     else:
         scores = f"test BLEU {record['test_bleu']:.2f} chrF {record['test_chrf']:.2f}"
-        print(f"{record['name']}: {record['updates']} updates in {record['train_minutes']:.1f} min, {scores}; "
-              f"{args.results_dir}/{record['name']}.json")  # fmt: skip
+        print(
+            f"{record['name']}: {record['updates']} updates in {record['train_minutes']:.1f} min, {scores}; "
+            f"{args.results_dir}/{record['name']}.json"
+        )
     return 0
 
 

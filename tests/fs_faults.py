@@ -71,9 +71,11 @@ def killed_write(path: Path, size: int = 1000) -> tuple[Path, int]:
     import sys
 
     before = set(path.parent.glob(".*.tmp"))
-    code = ("import os, signal, sys\nfrom transformer.fileio import atomic_output\n"
-            "with atomic_output(sys.argv[1], 'wb') as f:\n"
-            "    f.write(b'x' * int(sys.argv[2])); f.flush(); os.kill(os.getpid(), signal.SIGKILL)")  # fmt: skip
+    code = (
+        "import os, signal, sys\nfrom transformer.fileio import atomic_output\n"
+        "with atomic_output(sys.argv[1], 'wb') as f:\n"
+        "    f.write(b'x' * int(sys.argv[2])); f.flush(); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(path), str(size)])
     assert proc.wait(timeout=60) == -signal.SIGKILL
     (left,) = set(path.parent.glob(".*.tmp")) - before

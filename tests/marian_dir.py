@@ -28,8 +28,14 @@ def corpus(lines: int = 400, skip: int = 0) -> tuple[list[str], list[str]]:
 
 def _spm(texts: list[str], size: int) -> bytes:
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=size,
-                                   model_type="unigram", character_coverage=1.0, minloglevel=2)  # fmt: skip
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=size,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
     return model.getvalue()
 
 
@@ -57,11 +63,25 @@ def build_marian_dir(folder: Path, *, seed: int = 0, activation: str = "swish", 
     (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     V, pad = len(vocab), vocab["<pad>"]
     config = MarianConfig(
-        vocab_size=V, decoder_vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, activation_function=activation,
-        max_position_embeddings=256, scale_embedding=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-        forced_eos_token_id=0, share_encoder_decoder_embeddings=True, dropout=0.1,
-    )  # fmt: skip
+        vocab_size=V,
+        decoder_vocab_size=V,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=24,
+        decoder_ffn_dim=24,
+        activation_function=activation,
+        max_position_embeddings=256,
+        scale_embedding=True,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        share_encoder_decoder_embeddings=True,
+        dropout=0.1,
+    )
     torch.manual_seed(seed)
     model = MarianMTModel(config).eval()
     with torch.no_grad():  # larger than HF's std 0.02, so that the logits of different tokens clearly differ
@@ -70,12 +90,22 @@ def build_marian_dir(folder: Path, *, seed: int = 0, activation: str = "swish", 
                 p.normal_(0.0, 0.4)
         model.final_logits_bias.normal_(0.0, 1.0)
     model.generation_config = GenerationConfig(  # as OPUS-MT's generation_config.json
-        num_beams=4, max_length=max_length, bad_words_ids=[[pad]], decoder_start_token_id=pad, eos_token_id=0,
-        pad_token_id=pad, forced_eos_token_id=0,
-    )  # fmt: skip
+        num_beams=4,
+        max_length=max_length,
+        bad_words_ids=[[pad]],
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        pad_token_id=pad,
+        forced_eos_token_id=0,
+    )
     model.save_pretrained(folder)
-    tok = MarianTokenizer(source_spm=str(files / "source.spm"), target_spm=str(files / "target.spm"),
-                          vocab=str(files / "vocab.json"), source_lang="es", target_lang="en")  # fmt: skip
+    tok = MarianTokenizer(
+        source_spm=str(files / "source.spm"),
+        target_spm=str(files / "target.spm"),
+        vocab=str(files / "vocab.json"),
+        source_lang="es",
+        target_lang="en",
+    )
     tok.save_pretrained(folder)
     for f in files.iterdir():
         f.unlink()

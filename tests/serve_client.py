@@ -94,8 +94,10 @@ def multipart(fields: dict[str, str], boundary: str = "b0undary", files: dict[st
     """A multipart/form-data body with text `fields` (and `files`: name -> content, sent as file parts)."""
     parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields.items()]
     for name, content in (files or {}).items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.txt"\r\n'
-                     f"Content-Type: text/plain\r\n\r\n{content}\r\n")  # fmt: skip
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.txt"\r\n'
+            f"Content-Type: text/plain\r\n\r\n{content}\r\n"
+        )
     return ("".join(parts) + f"--{boundary}--\r\n").encode("utf-8")
 
 

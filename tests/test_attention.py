@@ -175,10 +175,16 @@ def test_the_explicit_weights_path_equals_sdpa_and_the_formula(case):
     explicit = mha(x, memory_arg, mask=mask, is_causal=causal, weights=weights)
     torch.testing.assert_close(explicit, mha(x, memory_arg, mask=mask, is_causal=causal), atol=1e-12, rtol=1e-12)
 
-    wq, wk = (mha.qkv_proj.weight[:D], mha.qkv_proj.weight[D : 2 * D]) if self_attention else (
-        mha.q_proj.weight, mha.kv_proj.weight[:D])  # fmt: skip
-    bq, bk = (mha.qkv_proj.bias[:D], mha.qkv_proj.bias[D : 2 * D]) if self_attention else (
-        mha.q_proj.bias, mha.kv_proj.bias[:D])  # fmt: skip
+    wq, wk = (
+        (mha.qkv_proj.weight[:D], mha.qkv_proj.weight[D : 2 * D])
+        if self_attention
+        else (mha.q_proj.weight, mha.kv_proj.weight[:D])
+    )
+    bq, bk = (
+        (mha.qkv_proj.bias[:D], mha.qkv_proj.bias[D : 2 * D])
+        if self_attention
+        else (mha.q_proj.bias, mha.kv_proj.bias[:D])
+    )
     allowed = torch.ones(B, Tq, keys.size(1), dtype=torch.bool)
     allowed = allowed.tril() if causal else allowed & (tokens[:, None, :] != 0)
     expected = []

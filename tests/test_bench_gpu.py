@@ -26,8 +26,17 @@ def _script():
 def test_cpu_smoke_writes_a_complete_record_and_keeps_it_out_of_the_gpu_table(tmp_path):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# B\n\n<!-- bench-gpu table: begin -->\nold\n<!-- bench-gpu table: end -->\n\nafter\n")
-    command = [sys.executable, "scripts/bench_gpu.py", "--cpu-smoke", "--out", str(tmp_path), "--docs", str(docs),
-               "--peers", "torch"]  # fmt: skip
+    command = [
+        sys.executable,
+        "scripts/bench_gpu.py",
+        "--cpu-smoke",
+        "--out",
+        str(tmp_path),
+        "--docs",
+        str(docs),
+        "--peers",
+        "torch",
+    ]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
     (path,) = tmp_path.glob("train_tiny_*.json")
     record = json.loads(path.read_text())
@@ -43,10 +52,20 @@ def test_cpu_smoke_writes_a_complete_record_and_keeps_it_out_of_the_gpu_table(tm
 
 
 def test_table_shows_gpu_records_only(tmp_path):
-    gpu = {"kind": "train_throughput", "shape": "base", "device": "NVIDIA H100 80GB HBM3", "device_type": "cuda",
-           "date": "2026-11-24", "tokens_per_update": 24900, "mfu": 0.4123, "peak_tflops": 989.0,
-           "engines": {"ours": {"tokens_per_s": 1_000_000.0, "peak_mem_gb": 20.5},
-                       "hf_marian": {"tokens_per_s": 400_000.0, "peak_mem_gb": 30.1}}}  # fmt: skip
+    gpu = {
+        "kind": "train_throughput",
+        "shape": "base",
+        "device": "NVIDIA H100 80GB HBM3",
+        "device_type": "cuda",
+        "date": "2026-11-24",
+        "tokens_per_update": 24900,
+        "mfu": 0.4123,
+        "peak_tflops": 989.0,
+        "engines": {
+            "ours": {"tokens_per_s": 1_000_000.0, "peak_mem_gb": 20.5},
+            "hf_marian": {"tokens_per_s": 400_000.0, "peak_mem_gb": 30.1},
+        },
+    }
     cpu = {**gpu, "device": "cpu (AMD EPYC)", "device_type": "cpu", "mfu": None}
     (tmp_path / "train_base_h100.json").write_text(json.dumps(gpu))
     (tmp_path / "train_base_cpu.json").write_text(json.dumps(cpu))

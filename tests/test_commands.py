@@ -59,8 +59,13 @@ def test_translate_script_in_a_pipe(tiny):
     """scripts/translate.py reading stdin through a real pipe, output line for line, warnings on stderr."""
     script = Path(__file__).parents[1] / "scripts" / "translate.py"
     text = f"the cat\n\nsat on the mat\n{LONG}\n"
-    run = subprocess.run([sys.executable, str(script), "--checkpoint", str(tiny["checkpoint"]), "--threads", "1"],
-                         input=text, capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(script), "--checkpoint", str(tiny["checkpoint"]), "--threads", "1"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("\n") == 4 and run.stdout.splitlines()[1] == ""
     assert "line 4: " in run.stderr and "truncated" in run.stderr
@@ -93,8 +98,18 @@ def test_evaluate_the_config_test_split(tiny, tmp_path, capsys):
     assert record["bleu"] == expected["bleu"] and record["tok_bleu"] == expected["tok_bleu"]
     assert record["checkpoint"] == str(tiny["checkpoint"]) and record["hypotheses"] == str(hyp_file)
     assert record["decode"]["beam_size"] == 2 and "config data.test" in record["test_set"]
-    for text in ("checkpoint:", "test set:", "config data.test:", "12 sentences", "decoding:", "beam 2",
-                 "BLEU ", "tok:13a", "chrF2 ", "not comparable to sacreBLEU"):  # fmt: skip
+    for text in (
+        "checkpoint:",
+        "test set:",
+        "config data.test:",
+        "12 sentences",
+        "decoding:",
+        "beam 2",
+        "BLEU ",
+        "tok:13a",
+        "chrF2 ",
+        "not comparable to sacreBLEU",
+    ):
         assert text in out
 
 
@@ -102,9 +117,24 @@ def test_evaluate_precedence_src_ref_and_hyp(tiny, tmp_path, capsys):
     """--set overrides the checkpoint's config, an explicit flag overrides --set; --hyp scores without a model."""
     config = tmp_path / "c.yaml"
     config.write_text("decode: {beam_size: 3, alpha: 1.0}\n", encoding="utf-8")
-    argv = ["--checkpoint", str(tiny["checkpoint"]), "--src", str(tiny["src"]), "--ref", str(tiny["ref"]),
-            "--config", str(config), "--set", "decode.beam_size=4", "--beam", "1", "--output", str(tmp_path / "h"),
-            "--json", str(tmp_path / "s.json")]  # fmt: skip
+    argv = [
+        "--checkpoint",
+        str(tiny["checkpoint"]),
+        "--src",
+        str(tiny["src"]),
+        "--ref",
+        str(tiny["ref"]),
+        "--config",
+        str(config),
+        "--set",
+        "decode.beam_size=4",
+        "--beam",
+        "1",
+        "--output",
+        str(tmp_path / "h"),
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
     assert evaluate_main(argv) == 0
     record = json.loads((tmp_path / "s.json").read_text())
     assert (record["decode"]["beam_size"], record["decode"]["alpha"]) == (1, 1.0)
@@ -172,8 +202,14 @@ def test_interactive_terminal_gets_a_prompt_and_no_bar(tiny):
 
     master, slave = pty.openpty()
     command = [sys.executable, "-m", "transformer", "translate", "--checkpoint", str(tiny["checkpoint"])]
-    process = subprocess.Popen(command, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     os.close(slave)
     try:
         lines = read_lines(tiny["src"])[:2]

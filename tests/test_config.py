@@ -47,9 +47,16 @@ def test_partial_file_keeps_defaults(tmp_path):
 
 def test_overrides_parse_types(tmp_path):
     config = load_config(
-        None, ["train.lr=5e-4", "train.max_time=12m", "model.norm_first=true", "data.train.tsv=x.tsv",
-               "data.train.tsv_columns=[1, 2]", "train.max_steps=7"],
-    )  # fmt: skip
+        None,
+        [
+            "train.lr=5e-4",
+            "train.max_time=12m",
+            "model.norm_first=true",
+            "data.train.tsv=x.tsv",
+            "data.train.tsv_columns=[1, 2]",
+            "train.max_steps=7",
+        ],
+    )
     assert config.train.lr == 5e-4 and config.train.max_time == "12m" and config.model.norm_first is True
     assert config.data.train.tsv == "x.tsv" and config.data.train.tsv_columns == (1, 2)
     assert config.train.max_steps == 7
@@ -168,8 +175,9 @@ def test_a_cycle_of_base_files_is_refused(tmp_path):
         load_config(tmp_path / "a.yaml")
 
 
-@pytest.mark.parametrize(("section", "key", "value"), [("train", "onednn_linear", True),
-                                                       ("train", "fast_cpu_dropout", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "key", "value"), [("train", "onednn_linear", True), ("train", "fast_cpu_dropout", False)]
+)
 def test_a_removed_key_is_warned_about_and_ignored(section, key, value, tmp_path, caplog):
     """A file, a --set or a checkpoint's stored config that names a key of an earlier version still loads."""
     path = tmp_path / "old.yaml"

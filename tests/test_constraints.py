@@ -93,8 +93,7 @@ def test_a_large_beam_finds_the_brute_force_best_and_nbest():
         src, mask = one_source(5, 4)
         expected = brute_force(model, src, lambda t, c=constraints: all(contains(t, p) for p in c), max_len=4)
         control = Controls([LexicalConstraints([constraints], eos_id=EOS, limits=[4])])
-        [hyps] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=4, nbest=5, controls=control,
-                             **IDS)  # fmt: skip
+        [hyps] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=4, nbest=5, controls=control, **IDS)
         assert [h.tokens for h in hyps] == [tokens for _, tokens in expected]
         assert [h.score for h in hyps] == pytest.approx([score for score, _ in expected])
 

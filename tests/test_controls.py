@@ -94,8 +94,18 @@ def test_beam_with_ngram_blocking_is_brute_force_over_the_sequences_without_repe
     src, mask = one_source(5, 4)
     expected = brute_force(model, src, lambda tokens: not has_repeat(tokens, n), max_len=4, kind="none")
     controls = Controls([NoRepeatNgram(n)])
-    [hyps] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=4, nbest=5, length_penalty="none",
-                         controls=controls, **IDS)  # fmt: skip
+    [hyps] = beam_search(
+        model,
+        src,
+        mask,
+        beam_size=64,
+        max_len_a=0,
+        max_len_b=4,
+        nbest=5,
+        length_penalty="none",
+        controls=controls,
+        **IDS,
+    )
     assert [h.tokens for h in hyps] == [tokens for _, tokens in expected]
     assert [h.score for h in hyps] == pytest.approx([score for score, _ in expected])
 

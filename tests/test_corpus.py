@@ -225,8 +225,10 @@ def test_several_corpora_are_concatenated_with_weights(tmp_path):
 def test_several_corpora_from_a_config_file(tmp_path):
     make_source("tsv", tmp_path, *PAIRS)
     (tmp_path / "cfg").mkdir()
-    text = "data: {src_lang: es, tgt_lang: en, train: {corpora: [{tsv: ../a.tsv, tsv_columns: [1, 2]}, " \
-        "{tsv: ../a.tsv, tsv_columns: [1, 2], weight: 0.4}]}}\n"  # fmt: skip
+    text = (
+        "data: {src_lang: es, tgt_lang: en, train: {corpora: [{tsv: ../a.tsv, tsv_columns: [1, 2]}, "
+        "{tsv: ../a.tsv, tsv_columns: [1, 2], weight: 0.4}]}}\n"
+    )
     config = load_config(_write(tmp_path / "cfg" / "c.yaml", text))
     src, _ = load_pairs(config.data.train, config.data)
     assert len(src) == 5 + 2 and config.data.train.corpora[0].tsv == str(tmp_path / "a.tsv")
@@ -263,7 +265,7 @@ IDENTITIES = {
     "dataset": (
         dict(dataset="json", data_files=["a.jsonl", "https://x/y.jsonl", "b*.jsonl"], columns=("es", "en")),
         "792bb4a227413e99",
-    ),  # fmt: skip
+    ),
     "hub": (dict(dataset="wmt14", config="de-en", split="validation"), "a8c0dc28a1e69c93"),
     "from_disk": (dict(dataset="saved", from_disk=True, split="test"), "af41753d1d3a1a3a"),
     "corpora": (dict(corpora=[dict(tsv="a.tsv"), dict(src="a.es", tgt="a.en", weight=2.5)]), "ef95d7d67c298969"),

@@ -15,11 +15,17 @@ from transformer.evaluation import score_systems
 
 # Mixed case, punctuation, hyphens, an empty hypothesis and random word salad, so that lowercasing, the
 # tokenizers and TER's float statistics (edits / average reference length) all matter.
-MIXED = [("The cat sat on a mat.", "The cat sat on the mat.", "A cat sat on the mat!"),
-         ("A well-known model of the art.", "A well-known state-of-the-art model.", "A famous state-of-the-art model."),
-         ("It rains today, isn't it?", "It rains today, doesn't it?", "It is raining today, isn't it?"),
-         ("", "Short.", "Short!"), ("Kosten-Nutzen Analyse für 2-3 Jahre.", "Kosten-Nutzen-Analyse für 2-3 Jahre.",
-                                    "KOSTEN-NUTZEN-ANALYSE für zwei bis drei Jahre.")]  # fmt: skip
+MIXED = [
+    ("The cat sat on a mat.", "The cat sat on the mat.", "A cat sat on the mat!"),
+    ("A well-known model of the art.", "A well-known state-of-the-art model.", "A famous state-of-the-art model."),
+    ("It rains today, isn't it?", "It rains today, doesn't it?", "It is raining today, isn't it?"),
+    ("", "Short.", "Short!"),
+    (
+        "Kosten-Nutzen Analyse für 2-3 Jahre.",
+        "Kosten-Nutzen-Analyse für 2-3 Jahre.",
+        "KOSTEN-NUTZEN-ANALYSE für zwei bis drei Jahre.",
+    ),
+]
 SALAD = list(zip(*(tiny_checkpoint.sentences(30, seed) for seed in (11, 12, 13))))
 HYPS, REF1, REF2 = (list(column) for column in zip(*(MIXED + SALAD)))  # 35 lines each
 HYPS_B = [line.upper() if i % 3 == 0 else line for i, line in enumerate(REF2)]
@@ -53,20 +59,29 @@ def test_streamed_totals_are_sacrebleus_corpus_score(name, lowercase, tokenize, 
 
 @pytest.mark.parametrize(
     "options",
-    [{"metrics": ["bleu", "chrf", "ter"]}, {"metrics": ["bleu", "chrf"], "lowercase": True, "chrf_word_order": 2},
-     {"metrics": ["bleu"], "tokenize": "intl"}],
-)  # fmt: skip
+    [
+        {"metrics": ["bleu", "chrf", "ter"]},
+        {"metrics": ["bleu", "chrf"], "lowercase": True, "chrf_word_order": 2},
+        {"metrics": ["bleu"], "tokenize": "intl"},
+    ],
+)
 def test_score_systems_streams_give_the_whole_lists_scores(options):
     """Generators read in chunks of 4 lines give what sacreBLEU gives on the lists, signature included."""
     record = score_systems({"a": iter(HYPS)}, [iter(REF1), iter(REF2)], chunk_lines=4, **options)
     ours = record["systems"][0]["scores"]
     lowercase, order = options.get("lowercase", False), options.get("chrf_word_order", 0)
-    whole = {"bleu": BLEU(tokenize=options.get("tokenize"), lowercase=lowercase),
-             "chrf": CHRF(word_order=order, lowercase=lowercase), "ter": TER()}  # fmt: skip
+    whole = {
+        "bleu": BLEU(tokenize=options.get("tokenize"), lowercase=lowercase),
+        "chrf": CHRF(word_order=order, lowercase=lowercase),
+        "ter": TER(),
+    }
     for key in options["metrics"]:
         score = whole[key].corpus_score(HYPS, [REF1, REF2])
-        assert ours[score.name] == {"score": score.score, "signature": str(whole[key].get_signature()),
-                                    "detail": str(score)}  # fmt: skip
+        assert ours[score.name] == {
+            "score": score.score,
+            "signature": str(whole[key].get_signature()),
+            "detail": str(score),
+        }
     assert record["sentences"] == len(HYPS) and record["references"] == 2
 
 

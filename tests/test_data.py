@@ -37,8 +37,9 @@ def bible_config(folder: Path, **data) -> dict:
     _write(folder / "valid.tsv", "\n".join(valid) + "\n")
     split = lambda name: {"tsv": str(folder / f"{name}.tsv"), "tsv_columns": [1, 2]}
     settings = dict(src_lang="es", tgt_lang="en", vocab_size=200, max_tokens_per_sentence=500, max_length_ratio=3.0)
-    return {"data": {**settings, "train": split("train"), "valid": split("valid"), "cache_dir": str(folder / "c")}
-            | data}  # fmt: skip
+    return {
+        "data": {**settings, "train": split("train"), "valid": split("valid"), "cache_dir": str(folder / "c")} | data
+    }
 
 
 @pytest.fixture
@@ -211,25 +212,48 @@ def test_every_shipped_config_loads_and_its_local_files_exist(path):
 
 BUNDLED = {
     "tokenizer": {"src.model": "71f25f7890ec15e8"},
-    "train": {"meta.json": "54598204cdc3c9c5", "src_offsets.npy": "d9ce9240e8fca945",
-              "src_tokens.npy": "449313a8bb977f6e", "tgt_offsets.npy": "717d8bd218075331",
-              "tgt_tokens.npy": "884bf8c4b50dea1f"},
-    "valid": {"meta.json": "3164457c494a2d6f", "src_offsets.npy": "e6b39c77b7d215ac",
-              "src_tokens.npy": "5afd87d29a073830", "text.json": "531f7f835eec2892",
-              "tgt_offsets.npy": "4d68e05e1a19f1a8", "tgt_tokens.npy": "f0f8e71b7b04be8f"},
-    "test": {"meta.json": "9a393b7c1b28b7fe", "src_offsets.npy": "09498416b6065669",
-             "src_tokens.npy": "ada309fd3be2ce14", "text.json": "129784d8a3c966d6",
-             "tgt_offsets.npy": "cae0ad2a4667daeb", "tgt_tokens.npy": "5883071d1377a80f"},
-}  # fmt: skip
+    "train": {
+        "meta.json": "54598204cdc3c9c5",
+        "src_offsets.npy": "d9ce9240e8fca945",
+        "src_tokens.npy": "449313a8bb977f6e",
+        "tgt_offsets.npy": "717d8bd218075331",
+        "tgt_tokens.npy": "884bf8c4b50dea1f",
+    },
+    "valid": {
+        "meta.json": "3164457c494a2d6f",
+        "src_offsets.npy": "e6b39c77b7d215ac",
+        "src_tokens.npy": "5afd87d29a073830",
+        "text.json": "531f7f835eec2892",
+        "tgt_offsets.npy": "4d68e05e1a19f1a8",
+        "tgt_tokens.npy": "f0f8e71b7b04be8f",
+    },
+    "test": {
+        "meta.json": "9a393b7c1b28b7fe",
+        "src_offsets.npy": "09498416b6065669",
+        "src_tokens.npy": "ada309fd3be2ce14",
+        "text.json": "129784d8a3c966d6",
+        "tgt_offsets.npy": "cae0ad2a4667daeb",
+        "tgt_tokens.npy": "5883071d1377a80f",
+    },
+}
 SYNTHETIC = {
     "tokenizer": {"src.model": "ee656fbe2af5dc95"},
-    "train": {"meta.json": "1e9132f778284bcc", "src_offsets.npy": "fa8e9997644459a4",
-              "src_tokens.npy": "4f0df8dd40e7dfa8", "tgt_offsets.npy": "0b6a9707346e353b",
-              "tgt_tokens.npy": "26aa8760397b364d"},
-    "valid": {"meta.json": "a572f076bea853d7", "src_offsets.npy": "ec28c5c789ff5a53",
-              "src_tokens.npy": "681e06339aea35f9", "text.json": "d66f44101960af1d",
-              "tgt_offsets.npy": "397900ed3aa8731c", "tgt_tokens.npy": "b9c80cae94f8a0e0"},
-}  # fmt: skip
+    "train": {
+        "meta.json": "1e9132f778284bcc",
+        "src_offsets.npy": "fa8e9997644459a4",
+        "src_tokens.npy": "4f0df8dd40e7dfa8",
+        "tgt_offsets.npy": "0b6a9707346e353b",
+        "tgt_tokens.npy": "26aa8760397b364d",
+    },
+    "valid": {
+        "meta.json": "a572f076bea853d7",
+        "src_offsets.npy": "ec28c5c789ff5a53",
+        "src_tokens.npy": "681e06339aea35f9",
+        "text.json": "d66f44101960af1d",
+        "tgt_offsets.npy": "397900ed3aa8731c",
+        "tgt_tokens.npy": "b9c80cae94f8a0e0",
+    },
+}
 
 
 def synthetic_pairs(n: int, seed: int = 7) -> tuple[list[str], list[str]]:
@@ -295,9 +319,15 @@ def synthetic_config(tmp_path: Path, kind: str = "parallel", **data) -> Config:
 
 @pytest.mark.parametrize(
     "kind, chunk, procs",
-    [("parallel", None, 1), ("parallel", 333, 2), ("tsv.gz", 333, 1), ("tsv.xz", 250, 2), ("json", 333, 1),
-     ("from_disk", 250, 2)],
-)  # fmt: skip
+    [
+        ("parallel", None, 1),
+        ("parallel", 333, 2),
+        ("tsv.gz", 333, 1),
+        ("tsv.xz", 250, 2),
+        ("json", 333, 1),
+        ("from_disk", 250, 2),
+    ],
+)
 def test_every_source_kind_streams_into_the_same_cache(kind, chunk, procs, tmp_path, monkeypatch):
     if chunk:
         small_chunks(monkeypatch, chunk)
@@ -378,17 +408,32 @@ def test_copies_and_duplicates_are_dropped_and_counted(tmp_path, monkeypatch):
 
 # Per-update training losses of configs/tiny.yaml with the overrides below for 6 updates, recorded with the
 # in-memory preparation (commit 944949a) on the same 2-core AMD EPYC (Zen 4) CPU, torch 2.13.0+cpu.
-TINY_LOSSES = {1: 6.285813956425108, 2: 6.1837990500710225, 3: 6.211216676751139, 4: 6.240227298460145,
-               5: 6.054831018675434, 6: 6.096029560217697}  # fmt: skip
+TINY_LOSSES = {
+    1: 6.285813956425108,
+    2: 6.1837990500710225,
+    3: 6.211216676751139,
+    4: 6.240227298460145,
+    5: 6.054831018675434,
+    6: 6.096029560217697,
+}
 
 
 @pytest.mark.slow
 def test_training_from_the_streamed_cache_gives_the_same_losses(tmp_path):
     from transformer.commands.cli import train_main
 
-    settings = [f"train.out_dir={tmp_path}/run", f"data.cache_dir={tmp_path}/c", "train.log_every=1",
-                "train.max_steps=6", "train.valid_every=0", "train.valid_bleu=false", "train.max_tokens=512",
-                "train.update_tokens=600", "train.prefetch=0", "train.threads=1"]  # fmt: skip
+    settings = [
+        f"train.out_dir={tmp_path}/run",
+        f"data.cache_dir={tmp_path}/c",
+        "train.log_every=1",
+        "train.max_steps=6",
+        "train.valid_every=0",
+        "train.valid_bleu=false",
+        "train.max_tokens=512",
+        "train.update_tokens=600",
+        "train.prefetch=0",
+        "train.threads=1",
+    ]
     args = ["--config", str(ROOT / "configs/tiny.yaml"), "--no-progress", *(a for s in settings for a in ("--set", s))]
     assert train_main(args) == 0
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]

@@ -40,8 +40,9 @@ def test_compare_engines_counts_sentences_decoded_as_ours():
 def test_ctranslate2_decodes_as_ours(tmp_path):
     pytest.importorskip("ctranslate2")
     model, pieces, config, sources, _ = _random_inputs()
-    factories = db.decode_engines(model, pieces, config, ["ours", "ctranslate2"], ["fp32"], threads=1,
-                                  random_weights=True, tmp=tmp_path)["fp32"]  # fmt: skip
+    factories = db.decode_engines(
+        model, pieces, config, ["ours", "ctranslate2"], ["fp32"], threads=1, random_weights=True, tmp=tmp_path
+    )["fp32"]
     batches = db.batches_of(sources, 4)
     with db.EngineProcesses(factories) as engines:  # each engine in a process of its own, as the benchmark runs them
         for beam in (1, 2):
@@ -95,8 +96,9 @@ def test_a_peer_that_fails_is_left_out_and_ours_still_measured(tmp_path, monkeyp
     monkeypatch.setattr(db, "_export_hf", broken)
     model, pieces, config, sources, _ = _random_inputs()
     left_out = {}
-    factories = db.decode_engines(model, pieces, config, ["ours", "hf"], ["fp32"], threads=1, random_weights=True,
-                                  tmp=tmp_path, left_out=left_out)["fp32"]  # fmt: skip
+    factories = db.decode_engines(
+        model, pieces, config, ["ours", "hf"], ["fp32"], threads=1, random_weights=True, tmp=tmp_path, left_out=left_out
+    )["fp32"]
     assert list(factories) == ["ours"] and "its export raised AttributeError" in left_out["hf"]
     factories["ctranslate2"] = partial(db.build_engine, "ctranslate2", "fp32", 1, tmp_path / "missing")
     settings = db.DecodeSettings(beam=1, alpha=1.0, max_len_a=1.2, max_len_b=10, forced=5)

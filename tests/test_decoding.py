@@ -143,8 +143,13 @@ def test_greedy_worked_example():
     """Greedy by hand: vocab [the, cat, sat, on, END]; each step's most probable token (0.8, 0.7, 0.85, 0.85, 0.95)
     gives 'the cat sat on' then END."""
     THE, CAT, SAT, ON = 4, 5, 6, 7
-    steps = [[0.8, 0.05, 0.05, 0.05, 0.05], [0.1, 0.7, 0.1, 0.05, 0.05], [0.05, 0.05, 0.85, 0.03, 0.02],
-             [0.02, 0.03, 0.1, 0.85, 0.01], [0.01, 0.01, 0.01, 0.02, 0.95]]  # fmt: skip
+    steps = [
+        [0.8, 0.05, 0.05, 0.05, 0.05],
+        [0.1, 0.7, 0.1, 0.05, 0.05],
+        [0.05, 0.05, 0.85, 0.03, 0.02],
+        [0.02, 0.03, 0.1, 0.85, 0.01],
+        [0.01, 0.01, 0.01, 0.02, 0.95],
+    ]
     order = [THE, CAT, SAT, ON, EOS]
 
     def dist(source, prefix):
@@ -185,8 +190,7 @@ def test_length_penalty_decides(kind, alpha, best):
     """log .3 = -1.204 for [] (length 1 with EOS) against log .28 = -1.273 for [A] (length 2)."""
     src, mask = one_source(9)
     [hyps] = beam_search(SHORT_LONG, src, mask, beam_size=2, alpha=alpha, length_penalty=kind, nbest=2, **IDS)
-    expected = {(): math.log(0.3) / lp(1, alpha=alpha, kind=kind),
-                (A,): math.log(0.28) / lp(2, alpha=alpha, kind=kind)}  # fmt: skip
+    expected = {(): math.log(0.3) / lp(1, alpha=alpha, kind=kind), (A,): math.log(0.28) / lp(2, alpha=alpha, kind=kind)}
     assert hyps[0].tokens == best
     assert {tuple(h.tokens): h.score for h in hyps} == pytest.approx(expected)
 
@@ -213,8 +217,9 @@ def test_min_length_forbids_early_eos():
 def test_max_length_truncates():
     """a * S + b with a = 0, b = 1: one output token; the alive hypothesis is finalised without EOS."""
     src, mask = one_source(9)
-    [hyps] = beam_search(SHORT_LONG, src, mask, beam_size=2, length_penalty="none", max_len_a=0, max_len_b=1,
-                         nbest=2, **IDS)  # fmt: skip
+    [hyps] = beam_search(
+        SHORT_LONG, src, mask, beam_size=2, length_penalty="none", max_len_a=0, max_len_b=1, nbest=2, **IDS
+    )
     assert [(h.tokens, h.log_prob) for h in hyps] == [
         ([A], pytest.approx(math.log(0.7))),
         ([], pytest.approx(math.log(0.3))),
@@ -247,8 +252,9 @@ def test_beam_with_large_k_is_brute_force_best(seed):
             log_prob = teacher_forced_log_prob(model, src, Hypothesis(tokens, 0.0, 0.0), eos)
             expected.append((log_prob / lp(max(len(tokens) + eos, 1), alpha=0.6, kind=kind), tokens))
         expected.sort(reverse=True)
-        [hyps] = beam_search(model, src, mask, beam_size=64, length_penalty=kind, max_len_a=0, max_len_b=3, nbest=5,
-                             **IDS)  # fmt: skip
+        [hyps] = beam_search(
+            model, src, mask, beam_size=64, length_penalty=kind, max_len_a=0, max_len_b=3, nbest=5, **IDS
+        )
         assert [h.tokens for h in hyps] == [tokens for _, tokens in expected[:5]]
         assert [h.score for h in hyps] == pytest.approx([score for score, _ in expected[:5]])
 
@@ -257,8 +263,10 @@ def test_beam_with_large_k_on_a_real_model_is_brute_force_best():
     model = tiny_model(src_vocab_size=6, tgt_vocab_size=6)
     src, mask = one_source(4, 5, 4)
     sequences = [(list(s), True) for n in range(3) for s in itertools.product([1, 4, 5], repeat=n)]
-    best = max((teacher_forced_log_prob(model, src, Hypothesis(t, 0, 0), e) / ((5 + len(t) + e) / 6) ** 0.6, t)
-               for t, e in sequences + [(list(s), False) for s in itertools.product([1, 4, 5], repeat=3)])  # fmt: skip
+    best = max(
+        (teacher_forced_log_prob(model, src, Hypothesis(t, 0, 0), e) / ((5 + len(t) + e) / 6) ** 0.6, t)
+        for t, e in sequences + [(list(s), False) for s in itertools.product([1, 4, 5], repeat=3)]
+    )
     [[hyp]] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=3, **IDS)
     assert (hyp.score, hyp.tokens) == (pytest.approx(best[0], abs=1e-5), best[1])
 
@@ -296,8 +304,9 @@ def test_beam_one_equals_greedy():
 def test_scores_equal_teacher_forced_rescoring(kind):
     """Catches cache-reorder bugs: every hypothesis's log-probability, recomputed without the cache."""
     model, (src, mask) = eos_prone_model(), padded_batch()
-    results = beam_search(model, src, mask, beam_size=4, length_penalty=kind, max_len_a=0.5, max_len_b=4, nbest=4,
-                          **IDS)  # fmt: skip
+    results = beam_search(
+        model, src, mask, beam_size=4, length_penalty=kind, max_len_a=0.5, max_len_b=4, nbest=4, **IDS
+    )
     max_lens = max_output_lengths(model, mask, 0.5, 4).tolist()
     ended = set()
     for b, hyps in enumerate(results):
@@ -360,8 +369,16 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy():
     greedy = greedy_decode(model, src, mask, max_len_b=6, **IDS)
     top1 = sample(model, src, mask, top_k=1, num_samples=2, max_len_b=6, **IDS)
     assert [[h.tokens for h in hyps] for hyps in top1] == [[h.tokens] * 2 for h in greedy]
-    draw = lambda seed: sample(model, src, mask, temperature=1.5, num_samples=3, max_len_b=6,
-                               generator=torch.Generator().manual_seed(seed), **IDS)  # fmt: skip
+    draw = lambda seed: sample(
+        model,
+        src,
+        mask,
+        temperature=1.5,
+        num_samples=3,
+        max_len_b=6,
+        generator=torch.Generator().manual_seed(seed),
+        **IDS,
+    )
     first = draw(7)
     assert first == draw(7)
     for b, hyps in enumerate(first):
@@ -419,10 +436,14 @@ def test_done_sentences_places_are_taken_by_the_last_ones(done, kept):
     copies those alone; every state tensor follows the same order."""
     B, K = 6, 2
     state = decoding._BeamState(
-        tokens=torch.arange(B * K)[:, None], scores=torch.arange(B * K, dtype=torch.float).view(B, K),
-        max_lens=list(range(10, 10 + B)), sentence=list(range(B)), finished=[[] for _ in range(B)], done=set(done),
+        tokens=torch.arange(B * K)[:, None],
+        scores=torch.arange(B * K, dtype=torch.float).view(B, K),
+        max_lens=list(range(10, 10 + B)),
+        sentence=list(range(B)),
+        finished=[[] for _ in range(B)],
+        done=set(done),
         score_fn=lambda log_prob, length: log_prob,
-    )  # fmt: skip
+    )
     sentences, rows = decoding._drop_done(state, torch.arange(B * K) + 100)
     keep_rows = [b * K + k for b in kept for k in range(K)]
     assert sentences.tolist() == kept and rows.tolist() == [100 + r for r in keep_rows]

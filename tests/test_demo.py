@@ -18,16 +18,35 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     out = tmp_path / "demo"
-    cmd = [sys.executable, "scripts/demo.py", "--config", "configs/tiny.yaml", "--out", str(out), "--time", "3s",
-           "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.max_steps=0",
-           "--examples", "2"]  # fmt: skip
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "scripts/demo.py",
+        "--config",
+        "configs/tiny.yaml",
+        "--out",
+        str(out),
+        "--time",
+        "3s",
+        "--set",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "--set",
+        "train.max_steps=0",
+        "--examples",
+        "2",
+    ]
+    result = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    for stage in ("1. SentencePiece vocabulary and data (", "of 15.0 min left",
-                  "2. Training configs/tiny.yaml (", " updates/s here (median of ", "for 0.1 min (",
-                  "3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint",
-                  "4. Scores on 40 test verses"):  # fmt: skip
+    for stage in (
+        "1. SentencePiece vocabulary and data (",
+        "of 15.0 min left",
+        "2. Training configs/tiny.yaml (",
+        " updates/s here (median of ",
+        "for 0.1 min (",
+        "3. Translating and scoring the held-out test books: transformer-evaluate --checkpoint",
+        "4. Scores on 40 test verses",
+    ):
         assert stage in result.stdout
     assert "min left)" in result.stdout.split("3. Translating")[1].splitlines()[0]  # each header: the budget left
     assert "training" in result.stderr and "SentencePiece" in result.stderr  # the tokenizer and the progress
@@ -63,17 +82,30 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     assert (out / "averaged.test.hyp").read_text(encoding="utf-8") == hypotheses
     assert evaluated == {k: v for k, v in scores.items() if k in evaluated}
-    assert set(scores) - set(evaluated) == {"updates", "reason", "train_minutes", "total_minutes", "budget_minutes",
-                                            "predicted_updates", "averaged_updates"}  # fmt: skip
+    assert set(scores) - set(evaluated) == {
+        "updates",
+        "reason",
+        "train_minutes",
+        "total_minutes",
+        "budget_minutes",
+        "predicted_updates",
+        "averaged_updates",
+    }
     assert report.strip() in result.stdout.split("3. Translating")[1]
 
 
-@pytest.mark.parametrize("steps, expected", [
-    ([900, 1800, 2700, 3600, 4500], [2700, 3600, 4500]),  # evenly spaced: the last three
-    ([900, 1800, 2700, 3600, 4480, 4500], [2700, 3600, 4500]),  # the clock's last tick, 20 updates early: passed over
-    ([4500], [4500]),  # one checkpoint: itself
-    ([2000, 4500], [2000, 4500]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "steps, expected",
+    [
+        ([900, 1800, 2700, 3600, 4500], [2700, 3600, 4500]),  # evenly spaced: the last three
+        (
+            [900, 1800, 2700, 3600, 4480, 4500],
+            [2700, 3600, 4500],
+        ),  # the clock's last tick, 20 updates early: passed over
+        ([4500], [4500]),  # one checkpoint: itself
+        ([2000, 4500], [2000, 4500]),
+    ],
+)
 def test_the_averaged_checkpoints_are_the_final_one_and_those_an_interval_apart(steps, expected):
     """A checkpoint every 0.2 of the training, the last 3 averaged: half an interval is 0.1 x 4,500 = 450 updates."""
     assert _demo_module()._steps_to_average(steps, 3, 0.2) == expected
@@ -108,8 +140,18 @@ def test_the_small_preset_is_trained_when_the_config_would_make_too_few_updates(
     demo.SMALL_PRESET_BELOW = threshold
     (tmp_path / "small.yaml").write_text(f"base: {ROOT / 'configs' / 'tiny.yaml'}\nmodel: {{d_model: 16}}\n")
     cache = f"data.cache_dir={tmp_path / 'cache'}"
-    args = demo._parser().parse_args(["--config", str(ROOT / "configs/tiny.yaml"), "--out", str(tmp_path / "out"),
-                                      "--small-config", str(tmp_path / "small.yaml"), "--set", cache])  # fmt: skip
+    args = demo._parser().parse_args(
+        [
+            "--config",
+            str(ROOT / "configs/tiny.yaml"),
+            "--out",
+            str(tmp_path / "out"),
+            "--small-config",
+            str(tmp_path / "small.yaml"),
+            "--set",
+            cache,
+        ]
+    )
     config = load_config(args.config, [f"train.out_dir={args.out}", cache])
     data = prepare_data(config)
     chosen, why, rate = demo._preset(args, config, data, torch.device("cpu"), 60.0)

@@ -78,8 +78,10 @@ def _ensemble_log_prob(models, src, tokens: list[int], eos: bool) -> float:
 def test_beam_over_two_different_models_is_the_brute_force_best():
     """Vocabulary of 6 (UNK and EOS, pieces 4 and 5; PAD and BOS never generated), at most 3 tokens: all 40
     sequences scored under the averaged probabilities with the GNMT penalty; the models differ in weights and size."""
-    models = [_eos_prone(src_vocab_size=6, tgt_vocab_size=6),
-              _eos_prone(src_vocab_size=6, tgt_vocab_size=6, n_decoder_layers=2, d_ff=20)]  # fmt: skip
+    models = [
+        _eos_prone(src_vocab_size=6, tgt_vocab_size=6),
+        _eos_prone(src_vocab_size=6, tgt_vocab_size=6, n_decoder_layers=2, d_ff=20),
+    ]
     src = torch.tensor([[4, 5, 4, EOS]])
     sequences = [(list(s), True) for n in range(3) for s in itertools.product([1, 4, 5], repeat=n)]
     sequences += [(list(s), False) for s in itertools.product([1, 4, 5], repeat=3)]
@@ -141,11 +143,14 @@ def _with_tokenizer(checkpoint, folder, tokenizer) -> str:
 
 @pytest.mark.parametrize(
     "sentences, vocab_size, message",
-    [(tiny_checkpoint.sentences(40, seed=9), 40, "different vocabularies"),  # another size
-     ([s.upper() for s in tiny_checkpoint.sentences(40, seed=1)], 48, "different SentencePiece models")],  # same size
-)  # fmt: skip
-def test_checkpoints_with_another_tokenizer_are_refused_naming_both(checkpoints, tmp_path, sentences, vocab_size,
-                                                                    message):  # fmt: skip
+    [
+        (tiny_checkpoint.sentences(40, seed=9), 40, "different vocabularies"),  # another size
+        ([s.upper() for s in tiny_checkpoint.sentences(40, seed=1)], 48, "different SentencePiece models"),
+    ],  # same size
+)
+def test_checkpoints_with_another_tokenizer_are_refused_naming_both(
+    checkpoints, tmp_path, sentences, vocab_size, message
+):
     tokenizer = Tokenizer.train(sentences, sentences, vocab_size=vocab_size)
     other = _with_tokenizer(checkpoints["checkpoint"], tmp_path, tokenizer)
     with pytest.raises(UserError, match=message) as info:

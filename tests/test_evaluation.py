@@ -11,10 +11,20 @@ import pytest
 from transformer.errors import UserError
 from transformer.evaluation import TOK_BLEU_LABEL, compound_split, corpus_scores, sacrebleu_test_set
 
-REFS = ["The cat sat on the mat.", "A well-known state-of-the-art model.", "It rains today, doesn't it?",
-        "Kosten-Nutzen-Analyse für 2-3 Jahre.", "Short."]  # fmt: skip
-HYPS = ["The cat sat on a mat.", "A well-known model of the art.", "It rains today, isn't it?",
-        "Kosten-Nutzen Analyse für 2-3 Jahre.", ""]  # fmt: skip
+REFS = [
+    "The cat sat on the mat.",
+    "A well-known state-of-the-art model.",
+    "It rains today, doesn't it?",
+    "Kosten-Nutzen-Analyse für 2-3 Jahre.",
+    "Short.",
+]
+HYPS = [
+    "The cat sat on a mat.",
+    "A well-known model of the art.",
+    "It rains today, isn't it?",
+    "Kosten-Nutzen Analyse für 2-3 Jahre.",
+    "",
+]
 
 
 def test_bleu_and_chrf_equal_the_sacrebleu_command_line(tmp_path):
@@ -22,8 +32,19 @@ def test_bleu_and_chrf_equal_the_sacrebleu_command_line(tmp_path):
     (tmp_path / "ref").write_text("\n".join(REFS) + "\n", encoding="utf-8")
     scores = corpus_scores(HYPS, REFS)
     for metric, key in (("bleu", "bleu"), ("chrf", "chrf")):
-        command = [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref"), "-i", str(tmp_path / "hyp"),
-                   "-m", metric, "-b", "-w", "4"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(tmp_path / "ref"),
+            "-i",
+            str(tmp_path / "hyp"),
+            "-m",
+            metric,
+            "-b",
+            "-w",
+            "4",
+        ]
         cli = float(subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip())
         assert round(scores[key], 4) == pytest.approx(cli, abs=1e-4)
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
@@ -67,10 +88,20 @@ def test_test_set_errors(monkeypatch):
 
 # --------------------------------------------------------------------------- sacreBLEU's options and paired tests
 
-REF2 = ["The cat sat on the mat.", "A famous state-of-the-art model.", "It is raining today, isn't it?",
-        "Kosten-Nutzen-Analyse für zwei bis drei Jahre.", "Short!"]  # fmt: skip
-HYPS_B = ["the cat sat on the mat.", "A well-known state of the art model.", "It rains today, doesn't it?",
-          "Kosten-Nutzen-Analyse für 2-3 Jahre.", "Short."]  # fmt: skip
+REF2 = [
+    "The cat sat on the mat.",
+    "A famous state-of-the-art model.",
+    "It is raining today, isn't it?",
+    "Kosten-Nutzen-Analyse für zwei bis drei Jahre.",
+    "Short!",
+]
+HYPS_B = [
+    "the cat sat on the mat.",
+    "A well-known state of the art model.",
+    "It rains today, doesn't it?",
+    "Kosten-Nutzen-Analyse für 2-3 Jahre.",
+    "Short.",
+]
 
 
 def _files(tmp_path, **texts) -> dict[str, str]:
@@ -100,8 +131,13 @@ def test_metrics_and_options_equal_the_sacrebleu_command_line(options, cli, tmp_
     files = _files(tmp_path, hyp=HYPS, ref=REFS, ref2=REF2)
     for refs in (["ref"], ["ref", "ref2"]):  # one reference, then multi-reference
         record = score_systems({"hyp": HYPS}, [REFS, REF2][: len(refs)], **options)
-        expected = json.loads("[" + _sacrebleu(*[files[r] for r in refs], "-i", files["hyp"], *cli, "-f", "json",
-                                              "-w", "4").replace("}\n{", "},{") + "]")  # fmt: skip
+        expected = json.loads(
+            "["
+            + _sacrebleu(*[files[r] for r in refs], "-i", files["hyp"], *cli, "-f", "json", "-w", "4").replace(
+                "}\n{", "},{"
+            )
+            + "]"
+        )
         expected = expected if isinstance(expected[0], dict) else expected[0]
         ours = record["systems"][0]["scores"]
         assert [e["name"] for e in expected] == list(ours)
@@ -118,12 +154,44 @@ def test_paired_significance_prints_what_sacrebleu_prints(test_type, tmp_path, c
 
     files = _files(tmp_path, a=HYPS, b=HYPS_B, ref=REFS, ref2=REF2)
     n = {"bs": "100", "ar": "200"}[test_type]
-    cli = _sacrebleu(files["ref"], files["ref2"], "-i", files["a"], files["b"], "-m", "bleu", "chrf", "ter",
-                     "--chrf-word-order", "2", f"--paired-{test_type}", f"--paired-{test_type}-n", n, "-f", "text",
-                     "--no-color")  # fmt: skip
-    argv = ["--hyp", files["a"], files["b"], "--ref", files["ref"], files["ref2"], "--metrics", "bleu", "chrf", "ter",
-            "--chrf-word-order", "2", f"--paired-{test_type}", "--paired-n", n,
-            "--json", str(tmp_path / "s.json")]  # fmt: skip
+    cli = _sacrebleu(
+        files["ref"],
+        files["ref2"],
+        "-i",
+        files["a"],
+        files["b"],
+        "-m",
+        "bleu",
+        "chrf",
+        "ter",
+        "--chrf-word-order",
+        "2",
+        f"--paired-{test_type}",
+        f"--paired-{test_type}-n",
+        n,
+        "-f",
+        "text",
+        "--no-color",
+    )
+    argv = [
+        "--hyp",
+        files["a"],
+        files["b"],
+        "--ref",
+        files["ref"],
+        files["ref2"],
+        "--metrics",
+        "bleu",
+        "chrf",
+        "ter",
+        "--chrf-word-order",
+        "2",
+        f"--paired-{test_type}",
+        "--paired-n",
+        n,
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
     assert evaluate_main(argv) == 0
     out = capsys.readouterr().out
     assert cli.strip() in out and "Metric signatures" in out and "chrF2++" in out

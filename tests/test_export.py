@@ -99,9 +99,14 @@ def test_hf_generate_is_token_identical(trained, hf_export, beam):
     hf = hf_export[1]
     with torch.no_grad():
         out = hf.generate(
-            input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False, max_new_tokens=MAX_NEW,
-            length_penalty=ALPHA, early_stopping=True,
-        ).tolist()  # fmt: skip
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            num_beams=beam,
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            length_penalty=ALPHA,
+            early_stopping=True,
+        ).tolist()
     theirs = []
     for row in out:
         row = row[1:]  # decoder start (BOS)
@@ -135,8 +140,9 @@ def test_hf_refuses_learned_positions(tmp_path, capsys):
     config = config.replace("model", positional="learned")
     from transformer.model.transformer import Transformer
 
-    learned = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
-                                      tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip
+    learned = Transformer.from_config(
+        config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
+    )
     save_checkpoint(model_state(learned, config, tokenizer), tmp_path / "learned.pt")
     code = export_main(
         ["--checkpoint", str(tmp_path / "learned.pt"), "--format", "hf", "--output", str(tmp_path / "o")]
@@ -197,9 +203,12 @@ def test_ct2_log_probs_agree(trained, ct2_translator):
 def test_ct2_is_token_identical(trained, ct2_translator, beam):
     _, model, tokenizer, _, src, _ = trained
     results = ct2_translator.translate_batch(
-        _pieces(tokenizer, src.tolist()), beam_size=beam, length_penalty=ALPHA, max_decoding_length=MAX_NEW,
+        _pieces(tokenizer, src.tolist()),
+        beam_size=beam,
+        length_penalty=ALPHA,
+        max_decoding_length=MAX_NEW,
         return_scores=True,
-    )  # fmt: skip  # no suppress_sequences: CT2 would renormalise over the rest of the vocabulary, we do not
+    )  # no suppress_sequences: CT2 would renormalise over the rest of the vocabulary, we do not
     theirs = [r.hypotheses[0] for r in results]
     assert theirs == _pieces(tokenizer, _ours(model, src, beam))
     assert all(math.isfinite(r.scores[0]) for r in results)

@@ -127,8 +127,13 @@ def test_only_the_temporaries_of_dead_writers_are_removed(tmp_path):
     host = socket.gethostname()
     dead, dead_pid = killed_write(tmp_path / "checkpoint_4.pt", size=1234)
     assert dead.name.startswith(f".checkpoint_4.pt.{dead_pid}@{host}.") and dead.stat().st_size == 1234
-    kept = [f".checkpoint_6.pt.{os.getpid()}@{host}.k2j4h5g6.tmp", f".checkpoint_5.pt.{dead_pid}@other-host.a.tmp",
-            ".checkpoint_3.pt.ab12cd34.tmp", "checkpoint_2.pt", "notes.tmp"]  # fmt: skip
+    kept = [
+        f".checkpoint_6.pt.{os.getpid()}@{host}.k2j4h5g6.tmp",
+        f".checkpoint_5.pt.{dead_pid}@other-host.a.tmp",
+        ".checkpoint_3.pt.ab12cd34.tmp",
+        "checkpoint_2.pt",
+        "notes.tmp",
+    ]
     for name in kept:
         (tmp_path / name).write_bytes(b"y")
     assert remove_stale_temporaries(tmp_path) == [(dead, 1234)]

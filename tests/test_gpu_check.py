@@ -31,8 +31,14 @@ NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
 @pytest.mark.parametrize("script", ["gpu_check.py", "gpu_report.py"])
 def test_without_cuda_one_line_and_exit_0(script, tmp_path):
     folder = ["--results" if "report" in script else "--records", str(tmp_path)]
-    done = subprocess.run([sys.executable, f"scripts/{script}", *folder], cwd=ROOT, env=NO_GPU, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, f"scripts/{script}", *folder],
+        cwd=ROOT,
+        env=NO_GPU,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device here" in lines[0] and "--cpu-smoke" in lines[0], done.stdout
@@ -62,8 +68,9 @@ def test_the_forced_update_is_skipped_by_the_real_update(variant):
     with spy.installed():
         for _ in range(3):
             before = [p.detach().clone() for p in model.parameters()]
-            optim.train_update(model, [_batch()], optimizer, lr=1e-3, train=train, precision="fp32", scaler=scaler,
-                               pad_id=0)  # fmt: skip
+            optim.train_update(
+                model, [_batch()], optimizer, lr=1e-3, train=train, precision="fp32", scaler=scaler, pad_id=0
+            )
             moved.append(any(not torch.equal(a, p) for a, p in zip(before, model.parameters())))
     assert spy.skipped == [False, True, False] and moved == [True, False, True]
     assert spy.weights_moved is False and spy.rates == [1e-3] * 3
@@ -149,11 +156,16 @@ def test_one_line_per_path_exit_1_on_a_failure_and_the_stamp(tmp_path, capsys):
     assert stamp["kind"] == "gpu_check" and stamp["commit"] == "abc123" and stamp["device"] == "CPU X"
     assert stamp["finished"] and not stamp["passed"] and stamp["mode"] == "cpu-smoke"
     assert [(r["path"], r["status"]) for r in stamp["results"]] == [
-        ("a", "PASS"), ("b", "SKIP"), ("c", "FAIL"), ("d", "FAIL"), ("e", "PASS")
-    ]  # fmt: skip
+        ("a", "PASS"),
+        ("b", "SKIP"),
+        ("c", "FAIL"),
+        ("d", "FAIL"),
+        ("e", "PASS"),
+    ]
     passing = [(name, lambda ctx: "held") for name, _ in gpu_check.CHECKS]  # every path ran, none failed
-    assert gpu_check.run_checks(ctx, passing, records=tmp_path / "rec", commit="abc123", device="CPU X",
-                                command="c") == 0  # fmt: skip
+    assert (
+        gpu_check.run_checks(ctx, passing, records=tmp_path / "rec", commit="abc123", device="CPU X", command="c") == 0
+    )
     assert json.loads((tmp_path / "rec" / "gpu_check_cpu-x.json").read_text())["passed"]
 
 
@@ -163,9 +175,11 @@ def test_a_check_stopped_part_way_goes_on_from_its_record(tmp_path, capsys):
     names = [name for name, _ in gpu_check.CHECKS]
     ran = []
     run = lambda name: lambda ctx: ran.append(name) or "held"  # noqa: E731
-    earlier = [{"path": names[0], "status": "PASS", "detail": "held before", "seconds": 1.0},
-               {"path": names[1], "status": "SKIP", "detail": "no package", "seconds": 0.1},
-               {"path": names[2], "status": "FAIL", "detail": "broke", "seconds": 2.0}]  # fmt: skip
+    earlier = [
+        {"path": names[0], "status": "PASS", "detail": "held before", "seconds": 1.0},
+        {"path": names[1], "status": "SKIP", "detail": "no package", "seconds": 0.1},
+        {"path": names[2], "status": "FAIL", "detail": "broke", "seconds": 2.0},
+    ]
     path = gpu_check.record_path(tmp_path, "CPU X")
     write_json(path, {"kind": "gpu_check", "stamp": "s1", "finished": False, "passed": False, "results": earlier})
     ctx = gpu_check.context(smoke=True, work=tmp_path)
@@ -206,8 +220,19 @@ def test_cpu_smoke_of_some_paths_writes_the_partial_record(tmp_path):
     """`--only` runs some paths (and the runs they compare with) on the CPU and records them as partial, never
     passed."""
     paths = ["prefetch", "decode"]
-    command = [sys.executable, "scripts/gpu_check.py", "--cpu-smoke", "--records", str(tmp_path / "rec"), "--work",
-               str(tmp_path / "work"), "--commit", "smoke1", "--only", ",".join(paths)]  # fmt: skip
+    command = [
+        sys.executable,
+        "scripts/gpu_check.py",
+        "--cpu-smoke",
+        "--records",
+        str(tmp_path / "rec"),
+        "--work",
+        str(tmp_path / "work"),
+        "--commit",
+        "smoke1",
+        "--only",
+        ",".join(paths),
+    ]
     done = subprocess.run(command, cwd=ROOT, env=NO_GPU, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     (record_path,) = (tmp_path / "rec").glob("gpu_check_*_partial.json")
@@ -236,8 +261,11 @@ def test_an_engine_checked_in_its_own_process(monkeypatch, tmp_path, code, stdou
 
     calls = []
     monkeypatch.setattr(gpu_check_decoding, "_checkpoint", lambda ctx: tmp_path / "checkpoint_last.pt")
-    monkeypatch.setattr(gpu_check_engines.subprocess, "run", lambda command, **kw: calls.append(command) or
-                        subprocess.CompletedProcess(command, code, stdout, ""))  # fmt: skip
+    monkeypatch.setattr(
+        gpu_check_engines.subprocess,
+        "run",
+        lambda command, **kw: calls.append(command) or subprocess.CompletedProcess(command, code, stdout, ""),
+    )
     ctx = gpu_check.context(smoke=True, work=tmp_path)
     if outcome is None:
         assert message in gpu_check_engines.check_export_ctranslate2(ctx)

@@ -58,8 +58,12 @@ def _report(tmp_path: Path, budget: float, commit: str = "c1", **kwargs) -> Repo
 
 def test_order_budget_skipping_redo_and_records(tmp_path, capsys):
     trace = tmp_path / "trace"
-    steps = [_step("check", 10, trace, record=True), _step("train", 10, trace), _step("decode", 100, trace),
-             _step("recipe-pre-ln", 10, trace)]  # fmt: skip
+    steps = [
+        _step("check", 10, trace, record=True),
+        _step("train", 10, trace),
+        _step("decode", 100, trace),
+        _step("recipe-pre-ln", 10, trace),
+    ]
     assert run_report(steps, _report(tmp_path, budget=50)) == 0
     assert trace.read_text() == "check train recipe-pre-ln "  # decode's cap (100 s) does not fit: left for later
     out = capsys.readouterr().out
@@ -67,8 +71,11 @@ def test_order_budget_skipping_redo_and_records(tmp_path, capsys):
     ledger = json.loads((tmp_path / "results/gpu/report_check_gpu-z.json").read_text())
     assert ledger["status"] == "done" and ledger["commit"] == "c1" and ledger["device"] == "GPU Z"
     assert ledger["stamp"] and ledger["records"] == [str(tmp_path / "results/check.json")]
-    assert json.loads((tmp_path / "results/check.json").read_text()) == {"kind": "x", "commit": "c1",
-                                                                         "stamp": ledger["stamp"]}  # fmt: skip
+    assert json.loads((tmp_path / "results/check.json").read_text()) == {
+        "kind": "x",
+        "commit": "c1",
+        "stamp": ledger["stamp"],
+    }
     assert (tmp_path / "results/gpu/report_train_gpu-z.log").is_file()
 
     assert run_report(steps, _report(tmp_path, budget=500)) == 0  # again: the recorded steps are skipped
@@ -139,9 +146,15 @@ def test_steps_depend_on_what_they_run():
 
 @pytest.mark.parametrize(
     ("name", "peak"),
-    [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
-     ("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("Some GPU", None)],
-)  # fmt: skip
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Some GPU", None),
+    ],
+)
 def test_peak_by_gpu_name(name, peak):
     from transformer.benchmarks.gpu_peaks import peak_tflops
 
@@ -173,11 +186,21 @@ def test_a_step_that_cannot_be_set_up_fails_alone(tmp_path):
 def test_the_check_step_is_done_where_gpu_check_passed_alone_with_its_stamp(tmp_path):
     trace, report = tmp_path / "trace", _report(tmp_path, budget=100)
     step = gpu_steps(tmp_path / "benchmarks.md")[0]
-    step = Step("check", 10, _step("check", 10, trace).command, step.summary, step.depends, step.packages,
-                step.signature, step.adopt)  # fmt: skip
+    step = Step(
+        "check",
+        10,
+        _step("check", 10, trace).command,
+        step.summary,
+        step.depends,
+        step.packages,
+        step.signature,
+        step.adopt,
+    )
     record = tmp_path / "results/gpu/gpu_check_gpu-z.json"
-    write_json(record, {"kind": "gpu_check", "stamp": report.stamp(step), "device": "GPU Z", "date": "2026-12-01",
-                        "passed": False})  # fmt: skip
+    write_json(
+        record,
+        {"kind": "gpu_check", "stamp": report.stamp(step), "device": "GPU Z", "date": "2026-12-01", "passed": False},
+    )
     run_report([step], report)
     assert trace.read_text() == "check "  # it failed there: run it
     (tmp_path / "results/gpu/report_check_gpu-z.json").unlink()
@@ -196,22 +219,41 @@ def test_decode_without_ctranslate2_compares_ours_with_hf_and_says_so():
     assert decode_engines(None) == ("ours,ctranslate2,hf", [])
     engines, note = decode_engines("RuntimeError: Library libcublas.so.12 is not found")
     assert engines == "ours,hf" and note[0] == "--note"
-    assert note[1] == ("CTranslate2 cannot run on this machine (RuntimeError: Library libcublas.so.12 is not found): "
-                       "ours against HF generate only")  # fmt: skip
+    assert note[1] == (
+        "CTranslate2 cannot run on this machine (RuntimeError: Library libcublas.so.12 is not found): "
+        "ours against HF generate only"
+    )
 
 
 def test_a_recipe_piece_record(tmp_path):
-    state = {"step": 2400, "elapsed": 363.0, "done": False, "best": 21.5,
-             "pieces": [{"piece_start_step": 0, "step": 2400, "elapsed": 363.0, "reason": "max_time"}]}  # fmt: skip
+    state = {
+        "step": 2400,
+        "elapsed": 363.0,
+        "done": False,
+        "best": 21.5,
+        "pieces": [{"piece_start_step": 0, "step": 2400, "elapsed": 363.0, "reason": "max_time"}],
+    }
     (tmp_path / "recipe.json").write_text(json.dumps(state))
-    metrics = [{"step": 1000, "loss": 4.1}, {"step": 1000, "valid_loss": 3.9, "valid_bleu": 12.5},
-               {"step": 2000, "loss": 3.2}, {"step": 2000, "valid_loss": 3.1, "valid_bleu": 21.5}]  # fmt: skip
+    metrics = [
+        {"step": 1000, "loss": 4.1},
+        {"step": 1000, "valid_loss": 3.9, "valid_bleu": 12.5},
+        {"step": 2000, "loss": 3.2},
+        {"step": 2000, "valid_loss": 3.1, "valid_bleu": 21.5},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
-    record = piece_record(tmp_path, name="bible_es_en", config="configs/bible_es_en.yaml", command="python x",
-                          report=_report(tmp_path, 1), status="done")  # fmt: skip
+    record = piece_record(
+        tmp_path,
+        name="bible_es_en",
+        config="configs/bible_es_en.yaml",
+        command="python x",
+        report=_report(tmp_path, 1),
+        status="done",
+    )
     assert record["kind"] == "recipe_piece" and record["updates"] == 2400 and record["train_minutes"] == 6.05
-    assert record["validations"] == [{"step": 1000, "valid_loss": 3.9, "valid_bleu": 12.5},
-                                     {"step": 2000, "valid_loss": 3.1, "valid_bleu": 21.5}]  # fmt: skip
+    assert record["validations"] == [
+        {"step": 1000, "valid_loss": 3.9, "valid_bleu": 12.5},
+        {"step": 2000, "valid_loss": 3.1, "valid_bleu": 21.5},
+    ]
     assert record["last_train"] == {"step": 2000, "loss": 3.2} and record["stop_reason"] == "max_time"
     assert record["device"] == "GPU Z" and record["commit"] == "c1" and record["best_valid"] == 21.5
 
@@ -253,24 +295,36 @@ def test_dress_rehearsal_of_a_gpu_window_on_the_cpu(tmp_path):
     python = _bare_python(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
     env.update(PYTHONPATH=str(tree), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    found = subprocess.run([python, "-c", "import transformer; print(transformer.__file__)"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    found = subprocess.run(
+        [python, "-c", "import transformer; print(transformer.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert found.stdout.startswith(str(tree)), found.stdout + found.stderr
     make = ["make", "-C", str(tree), f"GPU_PYTHON={python}", "GPU_BUDGET=10m"]
     smoke = f"GPU_ARGS=--cpu-smoke --results {results}"
-    check = subprocess.run(["timeout", "-k", "10", "600", *make, "gpu-check",
-                            f"GPU_ARGS=--cpu-smoke --records {results / 'gpu'}"], env=env, capture_output=True,
-                           text=True, timeout=700)  # fmt: skip
+    check = subprocess.run(
+        ["timeout", "-k", "10", "600", *make, "gpu-check", f"GPU_ARGS=--cpu-smoke --records {results / 'gpu'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=700,
+    )
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
     checked = json.loads((results / "gpu" / f"gpu_check_{slug(cpu_name())}.json").read_text())
     assert checked["passed"] and [r["path"] for r in checked["results"]] == list(SMOKE_DETAILS)
     for r in checked["results"]:  # every path passes on the CPU (an export skips only without its package)
         assert (r["status"] == "PASS" and SMOKE_DETAILS[r["path"]] in r["detail"]) or (
-            r["status"] == "SKIP" and "not installed" in r["detail"]), r  # fmt: skip
+            r["status"] == "SKIP" and "not installed" in r["detail"]
+        ), r
 
     report_command = [python, "scripts/gpu_report.py", "--cpu-smoke", "--results", str(results), "--budget", "10m"]
-    top = subprocess.Popen(["timeout", "-k", "10", "600", *report_command], cwd=tree, env=env, stdout=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    top = subprocess.Popen(
+        ["timeout", "-k", "10", "600", *report_command], cwd=tree, env=env, stdout=subprocess.PIPE, text=True
+    )
     device = slug(cpu_name())
     running = _wait_for(results / "gpu" / f"report_train_{device}.json", "running")
     report = next(pid for pid in _pids() if _stat(pid)[1:2] == [str(top.pid)])  # timeout's child: the report
@@ -282,8 +336,9 @@ def test_dress_rehearsal_of_a_gpu_window_on_the_cpu(tmp_path):
     assert not _group_alive(running["pgid"])
     assert json.loads((results / "gpu" / f"report_train_{device}.json").read_text())["status"] == "interrupted"
 
-    again = subprocess.run(["timeout", "-k", "10", "600", *make, "gpu-report", smoke], env=env, capture_output=True,
-                           text=True, timeout=700)  # fmt: skip
+    again = subprocess.run(
+        ["timeout", "-k", "10", "600", *make, "gpu-report", smoke], env=env, capture_output=True, text=True, timeout=700
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     assert "every step recorded" in again.stdout
     records = {step: json.loads((results / "gpu" / f"report_{step}_{device}.json").read_text()) for step in STEP_NAMES}

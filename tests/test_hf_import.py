@@ -205,9 +205,18 @@ def test_an_imported_model_translates_scores_aligns_ensembles_and_fine_tunes(imp
     tsv = tmp_path / "b.tsv"
     es, en = corpus(40, 700)
     tsv.write_text("".join(f"x\t{s}\t{t}\n" for s, t in zip(es, en)), encoding="utf-8")
-    settings = [f"data.train={{tsv: {tsv}, tsv_columns: [1, 2]}}", "data.valid=null", "data.test=null",
-                f"data.cache_dir={tmp_path / 'c'}", f"train.out_dir={tmp_path / 'ft'}", f"train.init_from={ckpt}",
-                "train.max_steps=2", "train.valid_every=0", "train.max_tokens=4000", "data.vocab_size=50"]  # fmt: skip
+    settings = [
+        f"data.train={{tsv: {tsv}, tsv_columns: [1, 2]}}",
+        "data.valid=null",
+        "data.test=null",
+        f"data.cache_dir={tmp_path / 'c'}",
+        f"train.out_dir={tmp_path / 'ft'}",
+        f"train.init_from={ckpt}",
+        "train.max_steps=2",
+        "train.valid_every=0",
+        "train.max_tokens=4000",
+        "data.vocab_size=50",
+    ]
     config = tmp_path / "finetune.yaml"  # no model section: the parent's (an imported model's silu, bias, ...)
     config.write_text("data: {src_lang: es, tgt_lang: en}\ntrain: {update_tokens: 1000}\n", encoding="utf-8")
     assert train_main(["--config", str(config), "--no-progress", *(a for s in settings for a in ("--set", s))]) == 0

@@ -29,8 +29,10 @@ def _run(command: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess
 @pytest.mark.slow
 def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     wheels = tmp_path / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-          str(ROOT)], cwd=tmp_path)  # fmt: skip
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        cwd=tmp_path,
+    )
     wheel = next(wheels.glob("transformer-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "transformer/bundled/configs/demo.yaml" in names and any(n.endswith("/licenses/LICENSE") for n in names)
@@ -45,8 +47,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path)
     ours = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
     (Path(purelib.stdout.strip()) / "project_deps.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
-         cwd=tmp_path)  # fmt: skip
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], cwd=tmp_path)
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -55,11 +56,25 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     config = str(ROOT / "configs" / "tiny.yaml")  # by absolute path: its data paths resolve against configs/
     bin_ = venv / "bin"
     _run([str(bin_ / "transformer-prepare"), "--config", config], cwd=work)
-    _run([str(bin_ / "transformer-train"), "--config", config, "--no-progress", "--set", "train.max_steps=3",
-          "--set", "train.valid_every=0", "--set", "train.valid_bleu=false"], cwd=work)  # fmt: skip
+    _run(
+        [
+            str(bin_ / "transformer-train"),
+            "--config",
+            config,
+            "--no-progress",
+            "--set",
+            "train.max_steps=3",
+            "--set",
+            "train.valid_every=0",
+            "--set",
+            "train.valid_bleu=false",
+        ],
+        cwd=work,
+    )
     assert (work / "runs" / "tiny" / "checkpoint_last.pt").is_file() and (work / "cache").is_dir()  # outputs: cwd
-    out = _run([str(bin_ / "transformer-translate"), "--checkpoint", "runs/tiny/checkpoint_last.pt", "Hola.", "Sí."],
-               cwd=work).stdout  # fmt: skip
+    out = _run(
+        [str(bin_ / "transformer-translate"), "--checkpoint", "runs/tiny/checkpoint_last.pt", "Hola.", "Sí."], cwd=work
+    ).stdout
     assert len(out.splitlines()) == 2
     shipped = _run([str(python), "-m", "transformer", "train", "--config", "tiny", "--print-config"], cwd=work).stdout
     assert f"{venv}" in shipped and "bundled/data/bible-es-en/dev.tsv.xz" in shipped  # the packaged corpus

@@ -16,8 +16,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "bundled" not in p.parts)
 
 # What each role may import of the package (besides itself): the import order of transformer/__init__.py.
-SHARED = {"transformer.config", "transformer.errors", "transformer.fileio", "transformer.paths",
-          "transformer.typecheck", "transformer.precision", "transformer.devices", "transformer.progress"}  # fmt: skip
+SHARED = {
+    "transformer.config",
+    "transformer.errors",
+    "transformer.fileio",
+    "transformer.paths",
+    "transformer.typecheck",
+    "transformer.precision",
+    "transformer.devices",
+    "transformer.progress",
+}
 ALLOWED = {
     "model": {"transformer.config"},
     "data": SHARED,
@@ -29,7 +37,7 @@ ALLOWED = {
         "transformer.decoding",
         "transformer.checkpoint",
         "transformer.evaluation",
-    },  # fmt: skip
+    },
     "serving": SHARED | {"transformer.api", "transformer.decoding", "transformer.data", "transformer.model"},
 }
 # The stdlib names the model's files may import besides torch and math: annotations only.

@@ -146,8 +146,16 @@ def test_fused_update_equals_the_reference_update():
         model = _model(seed=3)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
         train = TrainConfig(fused_loss=fused, label_smoothing=0.1)
-        stats = train_update(model, [_padded_batch(), _padded_batch()], optimizer, lr=1e-2, train=train,
-                             precision="fp32", scaler=None, pad_id=PAD)  # fmt: skip
+        stats = train_update(
+            model,
+            [_padded_batch(), _padded_batch()],
+            optimizer,
+            lr=1e-2,
+            train=train,
+            precision="fp32",
+            scaler=None,
+            pad_id=PAD,
+        )
         models[fused] = (copy.deepcopy(model.state_dict()), stats)
     (ref_state, ref_stats), (state, stats) = models[False], models[True]
     assert stats.tokens == ref_stats.tokens == 18

@@ -48,11 +48,12 @@ def test_parity_with_torch_nn_transformer(norm_first):
     kwargs = dict(d_model=D, nhead=2, dim_feedforward=24, dropout=0.0, batch_first=True, norm_first=norm_first)
     final = (lambda: nn.LayerNorm(D)) if norm_first else (lambda: None)
     theirs = nn.Transformer(
-        custom_encoder=nn.TransformerEncoder(nn.TransformerEncoderLayer(**kwargs), 2, norm=final(),
-                                             enable_nested_tensor=False),
+        custom_encoder=nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(**kwargs), 2, norm=final(), enable_nested_tensor=False
+        ),
         custom_decoder=nn.TransformerDecoder(nn.TransformerDecoderLayer(**kwargs), 2, norm=final()),
         batch_first=True,
-    ).eval()  # fmt: skip
+    ).eval()
     with torch.no_grad():
         for p in theirs.parameters():
             p.normal_(0, 0.3)
@@ -76,9 +77,12 @@ def test_parity_with_torch_nn_transformer(norm_first):
         expected_memory = theirs.encoder(src_x, src_key_padding_mask=src == PAD)
         hidden = ours.decoder(tgt, memory, src_mask)
         expected_hidden = theirs.decoder(
-            tgt_x, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5), tgt_is_causal=True,
+            tgt_x,
+            memory,
+            tgt_mask=nn.Transformer.generate_square_subsequent_mask(5),
+            tgt_is_causal=True,
             memory_key_padding_mask=src == PAD,
-        )  # fmt: skip
+        )
     real = src != PAD
     torch.testing.assert_close(memory[real], expected_memory[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(hidden, expected_hidden, atol=1e-5, rtol=1e-5)

@@ -26,8 +26,10 @@ def random_task(n: int, seed: int, reverse: bool = False, batch_size: int = 8) -
     g = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(n):
-        seqs = [torch.randint(4, 23, (int(torch.randint(3, 8, (1,), generator=g)),), generator=g).tolist()
-                for _ in range(batch_size)]  # fmt: skip
+        seqs = [
+            torch.randint(4, 23, (int(torch.randint(3, 8, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(batch_size)
+        ]
         batches.append(make_batch(seqs, [s[::-1] if reverse else s for s in seqs]))
     return batches
 
@@ -80,9 +82,15 @@ def test_learns_reverse_task(precision):
     data = random_task(64, seed=1, reverse=True, batch_size=32)
     for step in range(1, 301):
         stats = optim.train_update(
-            model, [data[step % 64]], optimizer, lr=optim.learning_rate(step, train, None), train=train,
-            precision=precision, scaler=None, pad_id=PAD,
-        )  # fmt: skip
+            model,
+            [data[step % 64]],
+            optimizer,
+            lr=optim.learning_rate(step, train, None),
+            train=train,
+            precision=precision,
+            scaler=None,
+            pad_id=PAD,
+        )
     assert stats.nll < 0.15, stats
 
 
@@ -174,8 +182,9 @@ def test_device_skip_equals_the_synced_update_bitwise(monkeypatch):
                 m.setattr(optim, "skips_on_device", lambda *args: on_device)
                 guard = _NoHostReads() if on_device else contextlib.nullcontext()
                 with guard:
-                    stats = optim.train_update(model, [batch], optimizer, lr=1e-3 * n, train=train,
-                                                  precision="fp32", scaler=None, pad_id=PAD)  # fmt: skip
+                    stats = optim.train_update(
+                        model, [batch], optimizer, lr=1e-3 * n, train=train, precision="fp32", scaler=None, pad_id=PAD
+                    )
             if hook is not None:
                 hook.remove()
             history.append((float(stats.loss), float(stats.grad_norm), bool(stats.skipped), bool(stats.nonfinite)))

@@ -31,8 +31,9 @@ def test_resolution_on_cpu(precision, resolved):
     assert resolve_precision(precision, CPU) == resolved
 
 
-@pytest.mark.parametrize("precision, message", [("fp16", "--precision fp16 needs a CUDA device"),
-                                                ("int8", "unknown --precision 'int8'")])  # fmt: skip
+@pytest.mark.parametrize(
+    "precision, message", [("fp16", "--precision fp16 needs a CUDA device"), ("int8", "unknown --precision 'int8'")]
+)
 def test_refusals_name_the_setting(precision, message):
     with pytest.raises(UserError, match=message):
         resolve_precision(precision, CPU, setting="--precision")

@@ -28,9 +28,16 @@ def _load_script():
 
 
 def _overrides(tmp_path: Path, out: str) -> list[str]:
-    return [f"train.out_dir={tmp_path / out}", f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=40",
-            "train.valid_every=10", "train.save_every=10", "train.keep_last=3", "train.log_every=1",
-            "model.dropout=0.1"]  # fmt: skip
+    return [
+        f"train.out_dir={tmp_path / out}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.max_steps=40",
+        "train.valid_every=10",
+        "train.save_every=10",
+        "train.keep_last=3",
+        "train.log_every=1",
+        "model.dropout=0.1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -49,10 +56,16 @@ def test_piece_limits(max_steps, max_time, step, elapsed, piece, updates, expect
 
 @pytest.mark.parametrize(
     ("reason", "step", "elapsed", "ended"),
-    [("patience", 7, 1.0, True), ("max_epochs", 7, 1.0, True), ("max_steps", 40, 1.0, True),
-     ("max_steps", 15, 1.0, False), ("max_time", 15, 59.0, False), ("max_time", 15, 60.0, True),
-     ("SIGTERM", 15, 1.0, False)],
-)  # fmt: skip
+    [
+        ("patience", 7, 1.0, True),
+        ("max_epochs", 7, 1.0, True),
+        ("max_steps", 40, 1.0, True),
+        ("max_steps", 15, 1.0, False),
+        ("max_time", 15, 59.0, False),
+        ("max_time", 15, 60.0, True),
+        ("SIGTERM", 15, 1.0, False),
+    ],
+)
 def test_recipe_ended(reason, step, elapsed, ended):
     config = load_config(TINY, ["train.max_steps=40", "train.max_time=1m"])
     assert recipe_ended(config, {"reason": reason, "step": step, "elapsed": elapsed}) is ended
@@ -63,8 +76,10 @@ def test_checkpoints_to_average_keeps_to_the_save_schedule(tmp_path):
         (tmp_path / f"checkpoint_{step}.pt").touch()
     names = lambda paths: [p.name for p in paths]
     assert names(checkpoints_to_average(tmp_path, save_every=10, last=3)) == [
-        "checkpoint_30.pt", "checkpoint_40.pt", "checkpoint_43.pt"
-    ]  # fmt: skip
+        "checkpoint_30.pt",
+        "checkpoint_40.pt",
+        "checkpoint_43.pt",
+    ]
     assert names(checkpoints_to_average(tmp_path, save_every=0, last=2)) == ["checkpoint_40.pt", "checkpoint_43.pt"]
 
 
@@ -73,8 +88,21 @@ def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
     """Pieces of 15 updates (15, 30, 40), one per call, equal one uninterrupted 40-update run bitwise; the results
     file holds the average's test scores, which the sacrebleu package reproduces from the hypotheses file."""
     main = _load_script()
-    args = ["--config", str(TINY), "--piece-updates", "15", "--piece", "0", "--max-pieces", "1", "--average", "2",
-            "--results-dir", str(tmp_path / "results"), "--no-progress"]  # fmt: skip
+    args = [
+        "--config",
+        str(TINY),
+        "--piece-updates",
+        "15",
+        "--piece",
+        "0",
+        "--max-pieces",
+        "1",
+        "--average",
+        "2",
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--no-progress",
+    ]
     args += [a for s in _overrides(tmp_path, "pieces") for a in ("--set", s)]
     for _ in range(2):
         assert main(args) == 0
@@ -93,12 +121,24 @@ def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
     assert [same(m) for m in metrics("pieces")] == [same(m) for m in metrics("whole")]
     assert [m["step"] for m in metrics("pieces") if "valid_loss" in m] == [10, 20, 30, 40]
     assert sorted(p.name for p in (tmp_path / "pieces").glob("checkpoint_[0-9]*.pt")) == [
-        "checkpoint_20.pt", "checkpoint_30.pt", "checkpoint_40.pt"
-    ]  # the piece that ended at 15 left no numbered checkpoint  # fmt: skip
+        "checkpoint_20.pt",
+        "checkpoint_30.pt",
+        "checkpoint_40.pt",
+    ]  # the piece that ended at 15 left no numbered checkpoint
 
     record = json.loads((tmp_path / "results/tiny.json").read_text())
-    for key in ("kind", "device", "date", "config", "command", "updates", "train_minutes", "test_bleu", "test_chrf",
-                "bleu_signature"):  # fmt: skip
+    for key in (
+        "kind",
+        "device",
+        "date",
+        "config",
+        "command",
+        "updates",
+        "train_minutes",
+        "test_bleu",
+        "test_chrf",
+        "bleu_signature",
+    ):
         assert key in record, key
     assert record["kind"] == "bleu" and record["updates"] == 40 and record["pieces"] == 3
     assert record["averaged"] == ["checkpoint_30.pt", "checkpoint_40.pt"] and record["test_sentences"] == 40
@@ -136,8 +176,12 @@ def test_the_paper_recipe_is_the_papers_model_and_schedule():
     config = load_config(ROOT / "configs/bible_es_en_paper.yaml")
     model, train = config.model, config.train
     assert (model.d_model, model.n_heads, model.d_ff, model.n_encoder_layers, model.n_decoder_layers) == (
-        512, 8, 2048, 6, 6
-    )  # fmt: skip
+        512,
+        8,
+        2048,
+        6,
+        6,
+    )
     assert not model.norm_first and model.positional == "sinusoidal" and model.share_embeddings and model.tie_output
     assert model.activation == "relu" and model.attention_dropout == model.activation_dropout == 0.0
     assert train.lr_schedule == "noam" and train.warmup_steps == 4000 and train.label_smoothing == 0.1

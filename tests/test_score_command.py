@@ -39,8 +39,9 @@ def test_tsv_one_line_per_pair_in_order_with_the_apis_figures(tiny, tmp_path, ca
     out, err = capsys.readouterr()
     rows = [line.split("\t") for line in out.splitlines()]
     expected = Translator.from_checkpoint(tiny["checkpoint"]).score(sources, targets)
-    assert [r for r in rows] == [[f"{s.log_prob:.4f}", f"{s.per_token:.4f}", f"{s.ppl:.4f}", str(s.tokens)]
-                                 for s in expected]  # fmt: skip
+    assert [r for r in rows] == [
+        [f"{s.log_prob:.4f}", f"{s.per_token:.4f}", f"{s.ppl:.4f}", str(s.tokens)] for s in expected
+    ]
     assert rows[2] == ["0.0000", "nan", "nan", "0"]
     nll = -sum(s.log_prob for s in expected) / sum(s.tokens for s in expected)
     assert f"mean NLL:  {nll:.4f} nats per token" in err and "4 (1 with an empty source, not scored)" in err
@@ -86,10 +87,21 @@ def test_score_errors_exit_2_in_one_line(tiny, tmp_path, capsys):
 
 def test_the_script_reads_targets_from_a_pipe(tiny):
     script = Path(__file__).parents[1] / "scripts" / "score.py"
-    command = [sys.executable, str(script), "--checkpoint", str(tiny["checkpoint"]), "--src", str(tiny["src"]),
-               "--tgt", "-", "--threads", "1"]  # fmt: skip
-    run = subprocess.run(command, input=tiny["ref"].read_text(encoding="utf-8"), capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    command = [
+        sys.executable,
+        str(script),
+        "--checkpoint",
+        str(tiny["checkpoint"]),
+        "--src",
+        str(tiny["src"]),
+        "--tgt",
+        "-",
+        "--threads",
+        "1",
+    ]
+    run = subprocess.run(
+        command, input=tiny["ref"].read_text(encoding="utf-8"), capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert len(run.stdout.splitlines()) == 12 and "mean NLL:" in run.stderr
 

@@ -37,8 +37,9 @@ def _sources(n: int, seed: int) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny model trained a little (its greedy outputs end with EOS), its tokenizer, and a perturbed copy."""
-    path = tiny_checkpoint.build_trained(tmp_path_factory.mktemp("trained"), norm_first=False, activation="relu",
-                                         steps=80)  # fmt: skip
+    path = tiny_checkpoint.build_trained(
+        tmp_path_factory.mktemp("trained"), norm_first=False, activation="relu", steps=80
+    )
     model, tokenizer, _ = load_for_inference(path)
     other, generator = copy.deepcopy(model), torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -57,8 +58,9 @@ def test_a_greedy_hypothesis_scores_the_log_probability_the_search_took(trained,
     src = torch.full((16, max(map(len, sources))), PAD)
     for b, ids in enumerate(sources):
         src[b, : len(ids)] = torch.tensor(ids)
-    hyps = greedy_decode(model, src, make_pad_mask(src, PAD), bos_id=BOS, eos_id=EOS, max_len_a=0, max_len_b=12,
-                         min_len=0)  # fmt: skip
+    hyps = greedy_decode(
+        model, src, make_pad_mask(src, PAD), bos_id=BOS, eos_id=EOS, max_len_a=0, max_len_b=12, min_len=0
+    )
     finished = [b for b, h in enumerate(hyps) if len(h.tokens) < 12]
     assert len(finished) >= 12
     scores = score_ids(model, [sources[b] for b in finished], [hyps[b].tokens for b in finished], max_tokens=40, **CPU)
@@ -111,8 +113,9 @@ def loaded(tmp_path_factory):
 def test_empty_sides(loaded):
     """An empty source is not scored; an empty target scores its EOS: log p(EOS | BOS, source), from `decode`."""
     model, tokenizer = loaded
-    scores = score_texts(model, tokenizer, ["the cat", "  ", "", "a dog"], ["", "the cat", "", "a dog"],
-                         max_tokens=100, **CPU)  # fmt: skip
+    scores = score_texts(
+        model, tokenizer, ["the cat", "  ", "", "a dog"], ["", "the cat", "", "a dog"], max_tokens=100, **CPU
+    )
     assert [s.tokens for s in scores] == [1, 0, 0, len(tokenizer.encode_tgt(["a dog"])[0]) + 1]
     assert scores[1] == scores[2] == Score(0.0, 0)
     src = torch.tensor(tokenizer.encode_src(["the cat"]))

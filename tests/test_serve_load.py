@@ -28,10 +28,14 @@ def test_clients_share_the_sentences_and_every_request_is_timed():
 
 
 def test_medians_and_the_table():
-    rounds = [[Level("server, 1 client", 10.0, 0.1, 0.3), Level("x", 30.0)],
-              [Level("server, 1 client", 12.0, 0.2, 0.5), Level("x", 40.0)],
-              [Level("server, 1 client", 11.0, 0.3, 0.4), Level("x", 20.0)]]  # fmt: skip
+    rounds = [
+        [Level("server, 1 client", 10.0, 0.1, 0.3), Level("x", 30.0)],
+        [Level("server, 1 client", 12.0, 0.2, 0.5), Level("x", 40.0)],
+        [Level("server, 1 client", 11.0, 0.3, 0.4), Level("x", 20.0)],
+    ]
     levels = median_levels(rounds)
     assert levels == [Level("server, 1 client", 11.0, 0.2, 0.4), Level("x", 30.0)]
-    assert table(levels).splitlines()[2:] == ["| server, 1 client | 11.0 | 200 ms | 400 ms | 1.00x |",
-                                              "| x | 30.0 |  |  | 2.73x |"]  # fmt: skip
+    assert table(levels).splitlines()[2:] == [
+        "| server, 1 client | 11.0 | 200 ms | 400 ms | 1.00x |",
+        "| x | 30.0 |  |  | 2.73x |",
+    ]

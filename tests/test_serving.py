@@ -96,8 +96,9 @@ def test_html_keeps_the_markup_and_translates_the_text_between_tags(server, orac
 
 
 def test_auto_source_and_alternatives(server, oracle):
-    status, _, answer = post(server, "/translate", {"q": ["the cat", "a dog ran"], "source": "auto", "target": "yy",
-                                                    "alternatives": 2})  # fmt: skip
+    status, _, answer = post(
+        server, "/translate", {"q": ["the cat", "a dog ran"], "source": "auto", "target": "yy", "alternatives": 2}
+    )
     assert status == 200 and answer["detectedLanguage"] == {"confidence": 100.0, "language": "xx"}
     best = oracle.translate(["the cat", "a dog ran"], nbest=3)  # the checkpoint's beam, 4
     assert answer["translatedText"] == [hyps[0].text for hyps in best]
@@ -107,8 +108,10 @@ def test_auto_source_and_alternatives(server, oracle):
 @pytest.mark.parametrize("method", ["GET", "POST"])
 def test_languages(server, method):
     status, _, answer = call(server.port, method, "/languages")
-    assert status == 200 and answer == [{"code": "xx", "name": "xx", "targets": ["yy"]},
-                                        {"code": "yy", "name": "yy", "targets": []}]  # fmt: skip
+    assert status == 200 and answer == [
+        {"code": "xx", "name": "xx", "targets": ["yy"]},
+        {"code": "yy", "name": "yy", "targets": []},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -287,7 +290,9 @@ def test_api_keys(checkpoint, tmp_path, oracle):
         status, _, answer = post(served, "/translate", {"q": "the cat", **LANGS})
         assert status == 400 and "API key" in answer["error"]
         assert post(served, "/translate", {"q": "the cat", **LANGS, "api_key": "k-three"})[::2] == (
-            403, {"error": "Invalid API key"})  # fmt: skip
+            403,
+            {"error": "Invalid API key"},
+        )
         expected = {"translatedText": oracle.translate(["the cat"])[0]}
         assert post(served, "/translate", {"q": "the cat", **LANGS, "api_key": "k-two"})[::2] == (200, expected)
         form = "q=the+cat&source=xx&target=yy&api_key=k-one"
@@ -321,8 +326,12 @@ def test_bad_command_lines_are_one_line_and_exit_2(checkpoint, argv, message, ca
 def _in_flight(served, texts: list[str]) -> tuple[list[threading.Thread], dict[int, object]]:
     """One client thread per text, each posting it to /translate; returns once all of them wait in the queue."""
     answers: dict[int, object] = {}
-    clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, post(served, "/translate",
-               {"q": texts[n], **LANGS}))) for n in range(len(texts))]  # fmt: skip
+    clients = [
+        threading.Thread(
+            target=lambda n=n: answers.__setitem__(n, post(served, "/translate", {"q": texts[n], **LANGS}))
+        )
+        for n in range(len(texts))
+    ]
     for c in clients:
         c.start()
     deadline = time.monotonic() + 20

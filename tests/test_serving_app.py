@@ -26,8 +26,12 @@ def test_a_full_queue_answers_503_with_retry_after_and_the_admitted_requests_are
     serve = ServeConfig(queue_lines=4, batch_wait_ms=0, retry_after_s=3)
     with in_process(engine, serve) as port:
         answers = {}
-        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/translate",
-                   {"q": f"line {n}", **LANGS}))) for n in range(4)]  # fmt: skip
+        clients = [
+            threading.Thread(
+                target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/translate", {"q": f"line {n}", **LANGS}))
+            )
+            for n in range(4)
+        ]
         for c in clients:
             c.start()
         while call(port, "GET", "/metrics")[2]["queue_lines"] < 4:
@@ -39,7 +43,9 @@ def test_a_full_queue_answers_503_with_retry_after_and_the_admitted_requests_are
             c.join(30)
         assert {n: answers[n][::2] for n in range(4)} == {n: (200, {"translatedText": f"LINE {n}"}) for n in range(4)}
         assert call(port, "POST", "/translate", {"q": "room again", **LANGS})[::2] == (
-            200, {"translatedText": "ROOM AGAIN"})  # fmt: skip
+            200,
+            {"translatedText": "ROOM AGAIN"},
+        )
 
 
 def test_the_default_queue_admits_64_concurrent_one_line_requests():
@@ -47,8 +53,12 @@ def test_the_default_queue_admits_64_concurrent_one_line_requests():
     engine.gate.clear()
     with in_process(engine, ServeConfig()) as port:
         answers = {}
-        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/translate",
-                   {"q": f"s {n}", **LANGS}))) for n in range(64)]  # fmt: skip
+        clients = [
+            threading.Thread(
+                target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/translate", {"q": f"s {n}", **LANGS}))
+            )
+            for n in range(64)
+        ]
         for c in clients:
             c.start()
         while call(port, "GET", "/metrics")[2]["queue_lines"] < 64:
@@ -73,8 +83,14 @@ def test_concurrent_requests_are_decoded_together_within_the_gathering_window():
     engine = ScriptedEngine()
     with in_process(engine, ServeConfig(batch_wait_ms=300)) as port:
         answers = {}
-        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/api/translate",
-                   {"q": [f"a{n}", f"b{n}"]}))) for n in range(12)]  # fmt: skip
+        clients = [
+            threading.Thread(
+                target=lambda n=n: answers.__setitem__(
+                    n, call(port, "POST", "/api/translate", {"q": [f"a{n}", f"b{n}"]})
+                )
+            )
+            for n in range(12)
+        ]
         for c in clients:
             c.start()
         for c in clients:
@@ -97,8 +113,17 @@ class SteerableTranslator:
         self.model = SimpleNamespace()  # no decoder: an ensemble's shape
         self.calls: list[dict] = []
 
-    def translate(self, lines, *, nbest=None, alignment=False, alignment_layer=None, prefix=None, constraints=None,
-                  replace_unk=False):  # fmt: skip
+    def translate(
+        self,
+        lines,
+        *,
+        nbest=None,
+        alignment=False,
+        alignment_layer=None,
+        prefix=None,
+        constraints=None,
+        replace_unk=False,
+    ):
         self.calls.append(dict(lines=list(lines), prefix=prefix, constraints=constraints, replace_unk=replace_unk))
         prefix = prefix or [""] * len(lines)
         return [[Translation(p + line.upper(), 0.0, 0.0, [1])] for p, line in zip(prefix, lines)]
@@ -110,10 +135,14 @@ def test_prefixes_constraints_and_replace_unk_pass_through_to_translate_joined_a
     translator = SteerableTranslator()
     with in_process(Engine(translator), ServeConfig(batch_wait_ms=300)) as port:
         answers = {}
-        bodies = [{"q": ["a", "b"], "prefix": ["P:", ""], "constraints": [["x"], []], "replace_unk": True},
-                  {"q": "c", "prefix": "Q:", "constraints": ["y", "z"], "replace_unk": True}]  # fmt: skip
-        clients = [threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/api/translate",
-                   bodies[n]))) for n in range(2)]  # fmt: skip
+        bodies = [
+            {"q": ["a", "b"], "prefix": ["P:", ""], "constraints": [["x"], []], "replace_unk": True},
+            {"q": "c", "prefix": "Q:", "constraints": ["y", "z"], "replace_unk": True},
+        ]
+        clients = [
+            threading.Thread(target=lambda n=n: answers.__setitem__(n, call(port, "POST", "/api/translate", bodies[n])))
+            for n in range(2)
+        ]
         for c in clients:
             c.start()
         for c in clients:

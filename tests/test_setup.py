@@ -25,8 +25,13 @@ CORPUS_B = f"{{tsv: {ROOT}/data/bible-es-en/test.tsv.xz, tsv_columns: [1, 2], ma
 
 
 def _args(tmp_path: Path, out: str, *overrides: str) -> list[str]:
-    settings = [f"train.out_dir={tmp_path / out}", f"data.cache_dir={tmp_path / 'cache'}", "train.valid_every=0",
-                "train.valid_bleu=false", *overrides]  # fmt: skip
+    settings = [
+        f"train.out_dir={tmp_path / out}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.valid_every=0",
+        "train.valid_bleu=false",
+        *overrides,
+    ]
     return ["--config", str(TINY), "--no-progress", *(a for s in settings for a in ("--set", s))]
 
 
@@ -105,8 +110,9 @@ def test_init_optimizer_takes_the_parents_optimizer_and_update_count(parent, tmp
 def _spm_file(path: Path, texts: list[str], size: int, coverage: float = 0.9995) -> Path:
     """A model as `spm_train` leaves it: SentencePiece's own ids (unk 0, bos 1, eos 2, no pad)."""
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=size, minloglevel=2,
-                                   character_coverage=coverage)  # fmt: skip
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=size, minloglevel=2, character_coverage=coverage
+    )
     path.write_bytes(model.getvalue())
     return path
 

@@ -71,14 +71,20 @@ def test_lines_with_constraints_are_searched_with_the_wider_beam_and_free_lines_
     prefixes = ["", "the", "", ""] * 2 + PREFIXES
     steered = [i for i, c in enumerate(constraints) if c]
     for wide, beam_of_steered in ((6, 6), (1, 3)):
-        t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=12,
-                                       constraint_beam_size=wide)  # fmt: skip
+        t = Translator.from_checkpoint(
+            tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=12, constraint_beam_size=wide
+        )
         got = t.translate(lines, nbest=2, constraints=constraints, prefix=prefixes)
         free = t.translate(lines, nbest=2, prefix=prefixes)
-        alone = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=beam_of_steered, max_len_b=12,
-                                           constraint_beam_size=1)  # fmt: skip
-        wanted = alone.translate([lines[i] for i in steered], nbest=2, constraints=[constraints[i] for i in steered],
-                                 prefix=[prefixes[i] for i in steered])  # fmt: skip
+        alone = Translator.from_checkpoint(
+            tiny["checkpoint"], device="cpu", beam_size=beam_of_steered, max_len_b=12, constraint_beam_size=1
+        )
+        wanted = alone.translate(
+            [lines[i] for i in steered],
+            nbest=2,
+            constraints=[constraints[i] for i in steered],
+            prefix=[prefixes[i] for i in steered],
+        )
         assert all(len(hyps) == 2 for hyps, line in zip(got, lines) if line.strip())
         assert [tokens(got[i]) for i in steered] == [tokens(hyps) for hyps in wanted]
         assert all(tokens(got[i]) == tokens(free[i]) for i in range(len(lines)) if i not in steered)
@@ -125,8 +131,9 @@ def test_cli_prefix_constraints_blocking_and_nbest(tiny, capsys, tmp_path):
     common = ["--checkpoint", tiny["checkpoint"], "--device", "cpu", "--input", tmp_path / "in.txt", "--beam", 4]
     steer = ["--prefix-file", tmp_path / "prefix.txt", "--constraints-file", tmp_path / "c.jsonl", "--max-len-b", 12]
     code, out, _ = run(capsys, tmp_path, *common, *steer, "--no-repeat-ngram-size", 2, "--constraint-beam", 5)
-    api = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=4, max_len_b=12,
-                                     no_repeat_ngram_size=2, constraint_beam_size=5)  # fmt: skip
+    api = Translator.from_checkpoint(
+        tiny["checkpoint"], device="cpu", beam_size=4, max_len_b=12, no_repeat_ngram_size=2, constraint_beam_size=5
+    )
     assert code == 0 and out == api.translate(LINES, prefix=PREFIXES, constraints=CONSTRAINTS)
     code, out, _ = run(capsys, tmp_path, *common, *steer, "--nbest", 2, "--alignment")
     assert code == 0 and len(out) == 7 and all(len(line.split(" ||| ")) == 4 for line in out)

@@ -131,11 +131,15 @@ def test_the_cache_is_reused_only_for_the_same_setting(values, monkeypatch):
 
 @pytest.mark.parametrize(
     "setting, message",
-    [("{alpha: 0.1, segments: 2}", "unknown config key 'data.subword_sampling.segments'"),
-     ("{alpha: high}", "data.subword_sampling.alpha must be a number"), ("0.1", "must be a mapping"),
-     ("{alpha: 0}", r"alpha must be in \(0, 1\]"), ("{alpha: 0.1, segmentations: 0}", "segmentations must be >= 1"),
-     ("{segmentations: 2}", "alpha")],
-)  # fmt: skip
+    [
+        ("{alpha: 0.1, segments: 2}", "unknown config key 'data.subword_sampling.segments'"),
+        ("{alpha: high}", "data.subword_sampling.alpha must be a number"),
+        ("0.1", "must be a mapping"),
+        ("{alpha: 0}", r"alpha must be in \(0, 1\]"),
+        ("{alpha: 0.1, segmentations: 0}", "segmentations must be >= 1"),
+        ("{segmentations: 2}", "alpha"),
+    ],
+)
 def test_config_errors(setting, message, tmp_path, capsys):
     assert train_main(_args(tmp_path, "run", f"data.subword_sampling={setting}")) == 2
     err = capsys.readouterr().err.strip()

@@ -25,8 +25,13 @@ TINY = ROOT / "configs/tiny.yaml"
 
 
 def _args(tmp_path: Path, out: str, *overrides: str) -> list[str]:
-    settings = [f"train.out_dir={tmp_path / out}", f"data.cache_dir={tmp_path / 'cache'}", "train.log_every=1",
-                "model.dropout=0.1", *overrides]  # fmt: skip
+    settings = [
+        f"train.out_dir={tmp_path / out}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.log_every=1",
+        "model.dropout=0.1",
+        *overrides,
+    ]
     return ["--config", str(TINY), "--no-progress", *(a for s in settings for a in ("--set", s))]
 
 
@@ -37,8 +42,15 @@ def _losses(run: Path) -> dict[int, float]:
 
 def _run(args: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "transformer", "train", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "transformer", "train", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
 
 
 def test_tiny_run_writes_everything(tmp_path):
@@ -108,8 +120,16 @@ def test_stops_on_max_time_and_epochs(tmp_path):
     assert train_main(_args(tmp_path, "epochs", "train.max_steps=0", "train.max_epochs=2")) == 0
     state = load_checkpoint(tmp_path / "epochs/checkpoint_last.pt")
     assert state["epoch"] == 2
-    config = load_config(TINY, ["train.max_steps=0", "train.max_time=2s", f"train.out_dir={tmp_path / 'time'}",
-                                f"data.cache_dir={tmp_path / 'cache'}", "train.valid_every=0"])  # fmt: skip
+    config = load_config(
+        TINY,
+        [
+            "train.max_steps=0",
+            "train.max_time=2s",
+            f"train.out_dir={tmp_path / 'time'}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "train.valid_every=0",
+        ],
+    )
     result = Trainer(config, progress=False).run()
     assert result["reason"] == "max_time" and 2.0 <= result["elapsed"] < 30
 
@@ -155,8 +175,19 @@ def test_ddp_two_processes_equal_one_with_the_same_global_batch(tmp_path, monkey
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # both runs on the CPU, also on a GPU machine
     assert train_main(_args(tmp_path, "single", *common, "train.accumulation=2")) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-           "-m", "transformer", "train", *_args(tmp_path, "ddp", *common, "train.accumulation=1")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29533",
+        "-m",
+        "transformer",
+        "train",
+        *_args(tmp_path, "ddp", *common, "train.accumulation=1"),
+    ]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     single, ddp = _losses(tmp_path / "single"), _losses(tmp_path / "ddp")
@@ -181,8 +212,13 @@ def test_one_process_under_torchrun_trains_through_ddp(tmp_path, monkeypatch, ca
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for name, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port)}.items():  # fmt: skip
+    for name, value in {
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         monkeypatch.setenv(name, value)
     try:
         caplog.set_level(logging.INFO)
@@ -286,8 +322,9 @@ def test_a_full_disk_while_saving_keeps_the_last_good_checkpoint(tmp_path, cache
         real_save(obj, f)
 
     monkeypatch.setattr(torch, "save", save)
-    args = _args(tmp_path, "run", f"data.cache_dir={cache}", "train.max_steps=6", "train.save_every=2",
-                 "train.valid_every=0")  # fmt: skip
+    args = _args(
+        tmp_path, "run", f"data.cache_dir={cache}", "train.max_steps=6", "train.save_every=2", "train.valid_every=0"
+    )
     code = train_main(args)
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: cannot write") and "disk is full" in err and "\n" not in err, err
@@ -310,8 +347,14 @@ def test_init_from_starts_a_new_run_from_weights_only(tmp_path, cache):
 
 def test_evaluation_pairs_longer_than_max_positions_are_left_out(tmp_path, cache, caplog):
     """Some verses of the valid split exceed 100 tokens: validation leaves them out (counted) instead of crashing."""
-    config = _config(tmp_path, cache, "model.max_positions=100", "data.max_tokens_per_sentence=100",
-                     "train.max_steps=1", "train.valid_bleu=false")  # fmt: skip
+    config = _config(
+        tmp_path,
+        cache,
+        "model.max_positions=100",
+        "data.max_tokens_per_sentence=100",
+        "train.max_steps=1",
+        "train.valid_bleu=false",
+    )
     with caplog.at_level("WARNING"):
         trainer = Trainer(config, progress=False)
     match = re.search(r"valid: left out (\d+) of 40 pairs longer than model.max_positions \(100 tokens\)", caplog.text)
@@ -338,8 +381,19 @@ def test_each_rank_gets_its_own_random_state_back():
 
 def _torchrun(tmp_path: Path, out: str, port: int, *overrides: str, resume: bool = False) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "transformer", "train", *_args(tmp_path, out, *overrides)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "-m",
+        "transformer",
+        "train",
+        *_args(tmp_path, out, *overrides),
+    ]
     cmd += ["--resume"] if resume else []
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -366,8 +420,14 @@ def test_curves_at_each_validation_and_tensorboard(tmp_path, monkeypatch):
     calls = []
     real = plotting.plot_curves
     monkeypatch.setattr(plotting, "plot_curves", lambda *a, **k: calls.append(k.get("title")) or real(*a, **k))
-    args = _args(tmp_path, "tb", "train.max_steps=6", "train.valid_every=2", "train.valid_bleu_sentences=4",
-                 "train.tensorboard=true")  # fmt: skip
+    args = _args(
+        tmp_path,
+        "tb",
+        "train.max_steps=6",
+        "train.valid_every=2",
+        "train.valid_bleu_sentences=4",
+        "train.tensorboard=true",
+    )
     assert train_main(args) == 0
     assert calls == ["run tb"] * 4  # validations at 2, 4 and 6, then the end of the run
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -463,8 +523,16 @@ def test_device_decided_nan_patience_aborts_at_the_next_log_line(tmp_path, cache
     """Non-finite from update 2 on, patience 3, read every 4 updates: the abort comes at the read after update 4
     (3 in a row by then), and names the run of non-finite updates it found."""
     calls = _fake_updates(monkeypatch, lambda n: (n > 1, n > 1), on_device=True)
-    code = train_main(_args(tmp_path, "run", f"data.cache_dir={cache}", "train.nan_patience=3", "train.valid_every=0",
-                            "train.log_every=4"))  # fmt: skip
+    code = train_main(
+        _args(
+            tmp_path,
+            "run",
+            f"data.cache_dir={cache}",
+            "train.nan_patience=3",
+            "train.valid_every=0",
+            "train.log_every=4",
+        )
+    )
     err = capsys.readouterr().err
     assert code == 2 and "were not finite for 3 updates in a row (after update 1)" in err, err
     assert len(calls) == 4 and not _prefetch_threads()

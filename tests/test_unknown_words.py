@@ -37,15 +37,19 @@ def with_rare_words(texts: list[str], seed: int) -> list[str]:
 
 def train_copy_model(folder: Path, tokenizer: Tokenizer, texts: list[str], steps: int = 300) -> Path:
     """A tiny model trained to copy its input (a few seconds), saved as folder/checkpoint.pt."""
-    config = from_dict({
-        "model": dict(d_model=32, n_heads=2, d_ff=48, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0,
-                      max_positions=64),
-        "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=tokenizer.src_vocab_size),
-        "decode": dict(max_len_a=1.0, max_len_b=4, beam_size=2),
-    })  # fmt: skip
+    config = from_dict(
+        {
+            "model": dict(
+                d_model=32, n_heads=2, d_ff=48, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0, max_positions=64
+            ),
+            "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=tokenizer.src_vocab_size),
+            "decode": dict(max_len_a=1.0, max_len_b=4, beam_size=2),
+        }
+    )
     torch.manual_seed(0)
-    model = Transformer.from_config(config.model, src_vocab_size=tokenizer.src_vocab_size,
-                                    tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID)  # fmt: skip
+    model = Transformer.from_config(
+        config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
+    )
     ids = tokenizer.encode_tgt(texts)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     g = torch.Generator().manual_seed(0)

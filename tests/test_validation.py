@@ -17,10 +17,12 @@ def test_patience_counts_validations_since_the_best_and_resets_on_improvement():
 
 @pytest.mark.parametrize(
     ("best_metric", "record", "score"),
-    [("loss", {"valid_loss": 2.5, "valid_bleu": 30.0}, -2.5),  # lower loss is better: the score is its negative
-     ("bleu", {"valid_loss": 2.5, "valid_bleu": 30.0}, 30.0),
-     ("bleu", {"valid_loss": 2.5}, -2.5)],  # BLEU not measured (train.valid_bleu off): the loss decides
-)  # fmt: skip
+    [
+        ("loss", {"valid_loss": 2.5, "valid_bleu": 30.0}, -2.5),  # lower loss is better: the score is its negative
+        ("bleu", {"valid_loss": 2.5, "valid_bleu": 30.0}, 30.0),
+        ("bleu", {"valid_loss": 2.5}, -2.5),
+    ],  # BLEU not measured (train.valid_bleu off): the loss decides
+)
 def test_score_is_bleu_when_chosen_and_measured_else_minus_loss(best_metric, record, score):
     assert EarlyStopping(patience=1, best_metric=best_metric).score(record) == score
 

@@ -48,13 +48,26 @@ def build(folder: Path) -> dict[str, Path]:
     src, tgt = sentences(40, seed=1), sentences(40, seed=2)
     (folder / "test.src").write_text("\n".join(src[:12]) + "\n", encoding="utf-8")
     (folder / "test.ref").write_text("\n".join(tgt[:12]) + "\n", encoding="utf-8")
-    config = from_dict({
-        "model": dict(d_model=16, n_heads=2, d_ff=24, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0,
-                      max_positions=MAX_POSITIONS),
-        "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=48,
-                     test={"src": str(folder / "test.src"), "tgt": str(folder / "test.ref")}),
-        "decode": dict(max_len_a=0.0, max_len_b=6, beam_size=2),
-    })  # fmt: skip
+    config = from_dict(
+        {
+            "model": dict(
+                d_model=16,
+                n_heads=2,
+                d_ff=24,
+                n_encoder_layers=1,
+                n_decoder_layers=2,
+                dropout=0.0,
+                max_positions=MAX_POSITIONS,
+            ),
+            "data": dict(
+                src_lang="xx",
+                tgt_lang="yy",
+                vocab_size=48,
+                test={"src": str(folder / "test.src"), "tgt": str(folder / "test.ref")},
+            ),
+            "decode": dict(max_len_a=0.0, max_len_b=6, beam_size=2),
+        }
+    )
     tokenizer = Tokenizer.train(src, tgt, vocab_size=48)
     torch.manual_seed(0)
     model = Transformer.from_config(
@@ -83,12 +96,23 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
     """
     src, tgt = sentences(2000, seed=5), None
     tgt = [" ".join(reversed(s.split())) for s in src]
-    config = from_dict({
-        "model": dict(d_model=24, n_heads=2, d_ff=40, n_encoder_layers=2, n_decoder_layers=3, dropout=0.0,
-                      max_positions=40, norm_first=norm_first, activation=activation),
-        "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=60),
-        "decode": dict(max_len_a=0.0, max_len_b=30, beam_size=4, length_penalty="fairseq", alpha=1.0),
-    })  # fmt: skip
+    config = from_dict(
+        {
+            "model": dict(
+                d_model=24,
+                n_heads=2,
+                d_ff=40,
+                n_encoder_layers=2,
+                n_decoder_layers=3,
+                dropout=0.0,
+                max_positions=40,
+                norm_first=norm_first,
+                activation=activation,
+            ),
+            "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=60),
+            "decode": dict(max_len_a=0.0, max_len_b=30, beam_size=4, length_penalty="fairseq", alpha=1.0),
+        }
+    )
     tokenizer = Tokenizer.train(src, tgt, vocab_size=60)
     torch.manual_seed(0)
     model = Transformer.from_config(

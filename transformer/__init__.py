@@ -6,8 +6,15 @@ from transformer.errors import UserError
 __version__ = "0.1.0"
 
 __all__ = [
-    "Config", "DataConfig", "DecodeConfig", "ModelConfig", "TrainConfig", "Translator", "UserError", "load_config"
-]  # fmt: skip
+    "Config",
+    "DataConfig",
+    "DecodeConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "Translator",
+    "UserError",
+    "load_config",
+]
 
 
 def __getattr__(name: str):

@@ -46,16 +46,22 @@ class Translator:
     def with_decode(self, **decode: object) -> Translator:
         """This translator with `decode` keywords replacing decoding settings (beam_size, alpha, max_len_b, ...),
         validated as in `from_checkpoint`; the model, and its packed CPU copy, are shared, not copied."""
-        other = Translator(self.model, self.tokenizer, _with_decode(self.config, decode), device=self.device,
-                           precision=self.precision)  # fmt: skip
+        other = Translator(
+            self.model, self.tokenizer, _with_decode(self.config, decode), device=self.device, precision=self.precision
+        )
         other._shared = self._shared
         return other
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path | Sequence[str | Path], *, device: str | torch.device = "cpu",
-        precision: str | None = None, int8: bool = False, **decode: object,
-    ) -> Translator:  # fmt: skip
+        cls,
+        path: str | Path | Sequence[str | Path],
+        *,
+        device: str | torch.device = "cpu",
+        precision: str | None = None,
+        int8: bool = False,
+        **decode: object,
+    ) -> Translator:
         """Load `path` (weights_only), or several paths as an ensemble; `decode` keywords override the (first)
         checkpoint's decoding settings."""
         from transformer.decoding.ensemble import load_models
@@ -86,10 +92,16 @@ class Translator:
         return self._engines[nbest]
 
     def translate(
-        self, texts: str | Sequence[str], *, nbest: int | None = None, alignment: bool = False,
-        alignment_layer: int | None = None, prefix: str | Sequence[str] | None = None,
-        constraints: Sequence[str] | Sequence[Sequence[str]] | None = None, replace_unk: bool = False,
-    ) -> list[str] | list[Translation] | list[list[Translation]]:  # fmt: skip
+        self,
+        texts: str | Sequence[str],
+        *,
+        nbest: int | None = None,
+        alignment: bool = False,
+        alignment_layer: int | None = None,
+        prefix: str | Sequence[str] | None = None,
+        constraints: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        replace_unk: bool = False,
+    ) -> list[str] | list[Translation] | list[list[Translation]]:
         """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens).
 
         alignment=True: `Translation`s (one each, or N each with `nbest`) whose `.alignment` lists the (source word,

@@ -38,8 +38,10 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     except RuntimeError as exc:  # torch's zip writer reports a failed write as "unexpected pos ..." or similar
         if "unexpected pos" not in str(exc) and "PytorchStreamWriter" not in str(exc):
             raise
-        raise UserError(f"cannot write {path}: the write failed, most likely the disk is full ({str(exc)[:80]}); "
-                        "free some space or write somewhere else") from None  # fmt: skip
+        raise UserError(
+            f"cannot write {path}: the write failed, most likely the disk is full ({str(exc)[:80]}); "
+            "free some space or write somewhere else"
+        ) from None
 
 
 def numbered_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -182,8 +184,11 @@ def average_checkpoints(paths: list[str | Path]) -> dict[str, Any]:
         weights = state["model"]
         differ = [k for k in totals if k in weights and weights[k].shape != totals[k].shape]
         if weights.keys() != totals.keys() or state.get("vocab") != out.get("vocab") or differ:
-            detail = (f": {differ[0]} is {_size(weights[differ[0]])} there but {_size(totals[differ[0]])} in "
-                      f"{paths[0]}") if differ else ""  # fmt: skip
+            detail = (
+                (f": {differ[0]} is {_size(weights[differ[0]])} there but {_size(totals[differ[0]])} in {paths[0]}")
+                if differ
+                else ""
+            )
             raise UserError(f"{path} has a different model or vocabulary than {paths[0]}{detail}; cannot average them")
         for key, total in totals.items():
             if total.is_floating_point():

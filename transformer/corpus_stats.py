@@ -39,8 +39,10 @@ def aligned_lines(streams: Sequence[Iterable[str]], names: Sequence[str]) -> Ite
         if any(ended):
             short, long = ended.index(True), ended.index(False)
             total = count + 1 + sum(1 for _ in iterators[long])
-            raise UserError(f"{names[short]} has {count} lines but {names[long]} has {total}; they must be "
-                            "line-aligned, one sentence per line")  # fmt: skip
+            raise UserError(
+                f"{names[short]} has {count} lines but {names[long]} has {total}; they must be "
+                "line-aligned, one sentence per line"
+            )
         count += 1
         yield tuple(row)
 

@@ -134,9 +134,13 @@ TOKENIZERS = ("13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none", "flor
 
 
 def make_metrics(
-    names: Sequence[str], references: list[list[str]] | None = None, *, tokenize: str | None = None,
-    lowercase: bool = False, chrf_word_order: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    names: Sequence[str],
+    references: list[list[str]] | None = None,
+    *,
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    chrf_word_order: int = 0,
+) -> dict[str, Any]:
     """sacreBLEU metric objects by our name (references cached when given). `tokenize` and `lowercase` are BLEU's
     (and chrF's lowercase); TER keeps sacreBLEU's defaults (case-insensitive), as the `sacrebleu` command line does."""
     metrics: dict[str, Any] = {}
@@ -156,9 +160,12 @@ def make_metrics(
 
 
 def score_systems(
-    systems: dict[str, Iterable[str]], references: Sequence[Iterable[str]], *, reference_names: Sequence[str] = (),
+    systems: dict[str, Iterable[str]],
+    references: Sequence[Iterable[str]],
+    *,
+    reference_names: Sequence[str] = (),
     **options: Any,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Score each system (name -> its lines) against one or more reference streams, through sacreBLEU: lists, or
     iterables read a chunk at a time (`score_rows`, which takes `options`); `reference_names` name the references
     in errors (default: "the reference", "reference 2", ...)."""
@@ -170,11 +177,20 @@ def score_systems(
 
 
 def score_rows(
-    rows: Iterable[Sequence[str]], system_names: list[str], reference_names: list[str], *,
-    metrics: Sequence[str] = ("bleu", "chrf"), tokenize: str | None = None, lowercase: bool = False,
-    chrf_word_order: int = 0, paired: str | None = None, paired_n: int = 0, tok_bleu: bool = False,
-    lang: str | None = None, chunk_lines: int = CHUNK_LINES,
-) -> dict[str, Any]:  # fmt: skip
+    rows: Iterable[Sequence[str]],
+    system_names: list[str],
+    reference_names: list[str],
+    *,
+    metrics: Sequence[str] = ("bleu", "chrf"),
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    chrf_word_order: int = 0,
+    paired: str | None = None,
+    paired_n: int = 0,
+    tok_bleu: bool = False,
+    lang: str | None = None,
+    chunk_lines: int = CHUNK_LINES,
+) -> dict[str, Any]:
     """Score line-aligned rows (each: a line of every system, then a line of every reference) through sacreBLEU, a
     chunk of `chunk_lines` rows at a time (corpus_stats.py: the scores are sacreBLEU's corpus scores exactly).
 
@@ -203,13 +219,17 @@ def score_rows(
         record["paired_test"] = _paired_test(dict(zip(system_names, systems)), results, paired, paired_n)
     if paper is not None:
         score = paper.score()
-        record |= {"tok_bleu": score.score, "tok_bleu_detail": _tok_bleu_detail(score, extra[2], extra[0]),
-                   "tok_bleu_label": TOK_BLEU_LABEL}  # fmt: skip
+        record |= {
+            "tok_bleu": score.score,
+            "tok_bleu_detail": _tok_bleu_detail(score, extra[2], extra[0]),
+            "tok_bleu_label": TOK_BLEU_LABEL,
+        }
     return record
 
 
-def _accumulate(rows: Iterable[Sequence[str]], systems: list[dict[str, CorpusStats]], paper: CorpusStats | None,
-                chunk_lines: int) -> int:  # fmt: skip
+def _accumulate(
+    rows: Iterable[Sequence[str]], systems: list[dict[str, CorpusStats]], paper: CorpusStats | None, chunk_lines: int
+) -> int:
     """Add the rows to every system's statistics (and the first system's, first reference's paper-style BLEU), a
     chunk at a time; returns the number of rows."""
     sentences = 0
@@ -232,11 +252,18 @@ def _system_record(name: str, system: dict[str, CorpusStats]) -> dict[str, Any]:
     scores = {}
     for stats in system.values():
         score = stats.score()
-        scores[score.name] = {"score": score.score, "signature": str(stats.metric.get_signature()),
-                              "detail": str(score)}  # fmt: skip
+        scores[score.name] = {
+            "score": score.score,
+            "signature": str(stats.metric.get_signature()),
+            "detail": str(score),
+        }
         if stats.tokenized_periods >= 100:
-            log.warning("%s: %d lines end in a tokenized period (' .'): it looks like the output is not detokenized, "
-                        "which lowers BLEU", name, stats.tokenized_periods)  # fmt: skip
+            log.warning(
+                "%s: %d lines end in a tokenized period (' .'): it looks like the output is not detokenized, "
+                "which lowers BLEU",
+                name,
+                stats.tokenized_periods,
+            )
     return {"name": name, "scores": scores}
 
 
@@ -282,8 +309,14 @@ def format_systems(record: dict[str, Any]) -> str:
         if not paired:
             table[metric] = [f"{r.score:.1f}" for r in table[metric]]
     signatures = {m: systems[0]["scores"][m]["signature"] for m in systems[0]["scores"]}
-    args = Namespace(format="text", width=1, paired_bs=paired.get("type") == "bs", paired_ar=paired.get("type") == "ar",
-                     paired_bs_n=paired.get("n"), paired_ar_n=paired.get("n"))  # fmt: skip
+    args = Namespace(
+        format="text",
+        width=1,
+        paired_bs=paired.get("type") == "bs",
+        paired_ar=paired.get("type") == "ar",
+        paired_bs_n=paired.get("n"),
+        paired_ar_n=paired.get("n"),
+    )
     buffer, colors = io.StringIO(), Color.ENABLE_COLORS
     Color.ENABLE_COLORS = sys.stdout.isatty()
     try:

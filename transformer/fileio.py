@@ -70,8 +70,10 @@ def check_not_an_input(output: str | Path | None, inputs: Iterable[tuple[str, st
         return
     for flag, path in inputs:
         if path is not None and str(path) != "-" and _same(Path(output), Path(path)):
-            raise UserError(f"the output {output} is the same file as {flag} {path}; writing it would destroy the "
-                            "input: choose another output path")  # fmt: skip
+            raise UserError(
+                f"the output {output} is the same file as {flag} {path}; writing it would destroy the "
+                "input: choose another output path"
+            )
 
 
 @contextlib.contextmanager
@@ -168,8 +170,10 @@ def decode_utf8(raw: bytes, name: str | Path, *, first_line: int = 1, first_byte
     except UnicodeDecodeError as exc:
         start = bom + exc.start
         line = first_line + raw.count(b"\n", 0, start)
-        raise UserError(f"{name} line {line} is not valid UTF-8 (byte offset {first_byte + start}: {exc.reason}); "
-                        "convert it to UTF-8") from None  # fmt: skip
+        raise UserError(
+            f"{name} line {line} is not valid UTF-8 (byte offset {first_byte + start}: {exc.reason}); "
+            "convert it to UTF-8"
+        ) from None
 
 
 def utf8_lines(lines: Iterable[bytes], name: str | Path) -> Iterator[str]:

@@ -55,17 +55,35 @@ def data_overrides(corpus: Path, cache: Path, num_proc: int) -> list[str]:
     """configs/wmt14_en_de_base.yaml's data settings (37k joint BPE, 2M sentences for SentencePiece, ratio 1.5) on
     the synthetic corpus."""
     split = lambda name: f"{{src: {corpus / f'{name}.es'}, tgt: {corpus / f'{name}.en'}}}"
-    settings = [f"data.train={split('train')}", f"data.valid={split('valid')}", "data.test=null", "data.src_lang=es",
-                "data.tgt_lang=en", f"data.cache_dir={cache}", f"data.num_proc={num_proc}"]  # fmt: skip
+    settings = [
+        f"data.train={split('train')}",
+        f"data.valid={split('valid')}",
+        "data.test=null",
+        "data.src_lang=es",
+        "data.tgt_lang=en",
+        f"data.cache_dir={cache}",
+        f"data.num_proc={num_proc}",
+    ]
     return ["--config", "wmt14_en_de_base", *(a for s in settings for a in ("--set", s))]
 
 
 def trainer_overrides(out_dir: Path) -> list[str]:
     """A tiny model's 2 updates, no validation: what the trainer holds at start-up, not what a model needs."""
-    settings = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_encoder_layers=1",
-                "model.n_decoder_layers=1", "train.max_steps=2", "train.max_tokens=1024", "train.update_tokens=1024",
-                "train.valid_every=0", "train.valid_bleu=false", "train.threads=1", "data.valid=null",
-                f"train.out_dir={out_dir}"]  # fmt: skip
+    settings = [
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.d_ff=64",
+        "model.n_encoder_layers=1",
+        "model.n_decoder_layers=1",
+        "train.max_steps=2",
+        "train.max_tokens=1024",
+        "train.update_tokens=1024",
+        "train.valid_every=0",
+        "train.valid_bleu=false",
+        "train.threads=1",
+        "data.valid=null",
+        f"train.out_dir={out_dir}",
+    ]
     return ["--no-progress", *(a for s in settings for a in ("--set", s))]
 
 
@@ -74,8 +92,9 @@ def measure(source: Path, entry: str, args: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.perf_counter()
     # run from `source`: `python -c` puts the working folder first on sys.path, ahead of PYTHONPATH
-    run = subprocess.run([sys.executable, "-c", PROBE, entry, *args], env=env, cwd=source, capture_output=True,
-                         text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, entry, *args], env=env, cwd=source, capture_output=True, text=True
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("BENCH ")]
     if run.returncode or not lines:
         raise RuntimeError(f"{entry} failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
@@ -111,8 +130,12 @@ def _memory_kb(pid: int) -> dict[str, int]:
     except OSError:
         return {}
     field = lambda name: int(status[status.index(name) + 1])
-    return {"peak": field("VmHWM:"), "rss": field("Rss:"), "pss": field("Pss:"),
-            "private": field("Private_Clean:") + field("Private_Dirty:")}  # fmt: skip
+    return {
+        "peak": field("VmHWM:"),
+        "rss": field("Rss:"),
+        "pss": field("Pss:"),
+        "private": field("Private_Clean:") + field("Private_Dirty:"),
+    }
 
 
 def start_ranks(source: Path, corpus: Path, cache: Path, out: Path, num_proc: int, ranks: int) -> dict:
@@ -120,8 +143,19 @@ def start_ranks(source: Path, corpus: Path, cache: Path, out: Path, num_proc: in
     `corpus`: wall time, and each rank's peak RSS, peak PSS and peak private memory (GB), sampled every 0.1 s."""
     env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     args = [*data_overrides(corpus, cache, num_proc), *trainer_overrides(out)]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
-               str(29600 + os.getpid() % 300), "-m", "transformer", "train", *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(ranks),
+        "--master_port",
+        str(29600 + os.getpid() % 300),
+        "-m",
+        "transformer",
+        "train",
+        *args,
+    ]
     peaks: dict[int, dict[str, int]] = defaultdict(dict)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as log, subprocess.Popen(command, env=env, cwd=source, stdout=log, stderr=log) as run:

@@ -92,8 +92,16 @@ def ours_engine(model) -> Callable:
         kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=0.0, max_len_b=high, min_len=low)
         if s.beam == 1:
             return [h.tokens for h in greedy_decode(model, src, make_pad_mask(src, PAD_ID), **kw)]
-        hyps = beam_search(model, src, make_pad_mask(src, PAD_ID), beam_size=s.beam, alpha=s.alpha,
-                           length_penalty="fairseq", nbest=1, **kw)  # fmt: skip
+        hyps = beam_search(
+            model,
+            src,
+            make_pad_mask(src, PAD_ID),
+            beam_size=s.beam,
+            alpha=s.alpha,
+            length_penalty="fairseq",
+            nbest=1,
+            **kw,
+        )
         return [h[0].tokens for h in hyps]
 
     return run
@@ -105,9 +113,15 @@ def hf_engine(hf_model) -> Callable:
         low, high = s.limits(src.size(1))
         with torch.inference_mode():
             out = hf_model.generate(
-                input_ids=src, attention_mask=src != PAD_ID, num_beams=s.beam, do_sample=False, max_new_tokens=high,
-                min_new_tokens=low, length_penalty=s.alpha, early_stopping=True,
-            ).tolist()  # fmt: skip
+                input_ids=src,
+                attention_mask=src != PAD_ID,
+                num_beams=s.beam,
+                do_sample=False,
+                max_new_tokens=high,
+                min_new_tokens=low,
+                length_penalty=s.alpha,
+                early_stopping=True,
+            ).tolist()
         result = []
         for row in out:
             row = row[1:]  # the decoder start token
@@ -127,10 +141,15 @@ def ct2_engine(translator, src_pieces: list[str], tgt_pieces: list[str], *, supp
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
         low, high = s.limits(max(map(len, rows)))
         results = translator.translate_batch(
-            [[src_pieces[i] for i in row] for row in rows], beam_size=s.beam, length_penalty=s.alpha,
-            max_decoding_length=high, min_decoding_length=low, max_batch_size=0, patience=1,
+            [[src_pieces[i] for i in row] for row in rows],
+            beam_size=s.beam,
+            length_penalty=s.alpha,
+            max_decoding_length=high,
+            min_decoding_length=low,
+            max_batch_size=0,
+            patience=1,
             suppress_sequences=banned,
-        )  # fmt: skip
+        )
         return [[piece_id[p] for p in r.hypotheses[0]] for r in results]
 
     return run
@@ -154,8 +173,9 @@ def build_engine(name: str, compute: str, threads: int, source, device: str = "c
     if name == "ctranslate2":
         import ctranslate2
 
-        translator = ctranslate2.Translator(str(source), device=device, compute_type=ct2_compute,
-                                            intra_threads=threads, inter_threads=1)  # fmt: skip
+        translator = ctranslate2.Translator(
+            str(source), device=device, compute_type=ct2_compute, intra_threads=threads, inter_threads=1
+        )
         return ct2_engine(translator, **options)
     from transformers import AutoModelForSeq2SeqLM
     from transformers.utils import logging as hf_logging
@@ -175,8 +195,10 @@ class EngineProcesses:
 
     def __init__(self, factories: dict[str, Callable[[], Callable]]) -> None:
         context = multiprocessing.get_context("spawn")
-        self.pools = {name: ProcessPoolExecutor(1, mp_context=context, initializer=_start_engine, initargs=(factory,))
-                      for name, factory in factories.items()}  # fmt: skip
+        self.pools = {
+            name: ProcessPoolExecutor(1, mp_context=context, initializer=_start_engine, initargs=(factory,))
+            for name, factory in factories.items()
+        }
         self.left_out = {}
 
     left_out: dict[str, str]  # engine -> why it was left out (it could not load or crashed)
@@ -243,8 +265,12 @@ def time_engines(
                     outputs[i] = hyp
             tokens = sum(len(h) for h in outputs)
             if name not in best or seconds[name] < best[name]["seconds"]:
-                best[name] = {"seconds": round(seconds[name], 3), "tokens": tokens,
-                              "tokens_per_s": round(tokens / seconds[name], 1), "outputs": outputs}  # fmt: skip
+                best[name] = {
+                    "seconds": round(seconds[name], 3),
+                    "tokens": tokens,
+                    "tokens_per_s": round(tokens / seconds[name], 1),
+                    "outputs": outputs,
+                }
     return best
 
 
@@ -286,9 +312,18 @@ def decode_inputs(checkpoint: str | None, *, config_path: str, vocab: int, sente
 
 
 def decode_engines(
-    model, tokenizer, config, names: list[str], computes: list[str], *, threads: int, random_weights: bool, tmp,
-    device: str = "cpu", left_out: dict[str, str] | None = None,
-) -> dict[str, dict[str, Callable[[], Callable]]]:  # fmt: skip
+    model,
+    tokenizer,
+    config,
+    names: list[str],
+    computes: list[str],
+    *,
+    threads: int,
+    random_weights: bool,
+    tmp,
+    device: str = "cpu",
+    left_out: dict[str, str] | None = None,
+) -> dict[str, dict[str, Callable[[], Callable]]]:
     """{compute: {engine name: factory}} for `computes` (`COMPUTES`) on `device`: `build_engine` bound to our model
     or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8. A peer whose
     export raises is left out, with the reason in `left_out`."""
@@ -298,9 +333,11 @@ def decode_engines(
             out[c]["ours"] = partial(build_engine, "ours", c, threads, model, device=device)
     ct2_export = lambda: _export_ct2(model, tokenizer, config, tmp)  # noqa: E731
     if "ctranslate2" in names and _exported("ctranslate2", left_out, ct2_export):
-        pieces = dict(src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
-                      tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
-                      suppress=random_weights)  # fmt: skip
+        pieces = dict(
+            src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
+            tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
+            suppress=random_weights,
+        )
         for c in computes:
             out[c]["ctranslate2"] = partial(
                 build_engine, "ctranslate2", c, threads, tmp / "ct2", device=device, **pieces

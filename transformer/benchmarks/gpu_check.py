@@ -133,10 +133,18 @@ def run_checks(ctx: Context, checks, *, records: Path, commit: str, device: str,
     every path goes on from a record with the same stamp: the paths it passed or skipped are not run again."""
     start, outcomes, partial = time.perf_counter(), [], {n for n, _ in checks} != {n for n, _ in CHECKS}
     earlier = {} if partial else carried_over(record_path(records, device), stamp)
-    record = {"kind": "gpu_check", "device": device, "device_type": ctx.device.type, "torch": torch.__version__,
-              "date": today(), "stamp": stamp, "commit": commit, "command": command,
-              "mode": "cpu-smoke" if ctx.smoke else "cuda", "tolerances": {"same": ctx.tolerance,
-              "compiled": ctx.compile_tolerance}}  # fmt: skip
+    record = {
+        "kind": "gpu_check",
+        "device": device,
+        "device_type": ctx.device.type,
+        "torch": torch.__version__,
+        "date": today(),
+        "stamp": stamp,
+        "commit": commit,
+        "command": command,
+        "mode": "cpu-smoke" if ctx.smoke else "cuda",
+        "tolerances": {"same": ctx.tolerance, "compiled": ctx.compile_tolerance},
+    }
     print(f"gpu-check on {device} ({ctx.device.type}, torch {torch.__version__}), commit {commit}", flush=True)
     for name, check in checks:
         if name in earlier:
@@ -145,22 +153,27 @@ def run_checks(ctx: Context, checks, *, records: Path, commit: str, device: str,
             continue
         outcomes.append(run_one(name, check, ctx))
         results = [asdict(o) for o in outcomes]
-        write_json(record_path(records, device, partial), {**record, "finished": False, "passed": False,
-                                                          "results": results})  # fmt: skip
+        write_json(
+            record_path(records, device, partial), {**record, "finished": False, "passed": False, "results": results}
+        )
     failed = [o.path for o in outcomes if o.status == "FAIL"]
     seconds = round(time.perf_counter() - start, 1)
     final = {**record, "finished": True, "passed": not failed and not partial, "seconds": seconds, "results": results}
     write_json(record_path(records, device, partial), final)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("PASS", "FAIL", "SKIP")}
     which = f" ({', '.join(failed)})" if failed else ""
-    print(f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed{which}, {counts['SKIP']} skipped in "
-          f"{seconds:.0f} s; {record_path(records, device, partial)}", flush=True)  # fmt: skip
+    print(
+        f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed{which}, {counts['SKIP']} skipped in "
+        f"{seconds:.0f} s; {record_path(records, device, partial)}",
+        flush=True,
+    )
     return 1 if failed else 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="gpu_check.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cpu-smoke", action="store_true", help="run the checks on the CPU with tiny sizes")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="folder of the gpu_check_<device>.json record")
     parser.add_argument("--commit", help="the code commit to write in the record (default: $GPU_COMMIT, else git's)")
@@ -187,8 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything asks torch for CUDA: the CPU, also on a GPU machine
         torch.set_num_threads(1)  # tiny models run fastest on one thread, and 2 cores are shared with subprocesses
     elif not torch.cuda.is_available():
-        print("gpu-check: no CUDA device here (torch.cuda.is_available() is False), nothing to check; "
-              "--cpu-smoke runs the same checks on the CPU")  # fmt: skip
+        print(
+            "gpu-check: no CUDA device here (torch.cuda.is_available() is False), nothing to check; "
+            "--cpu-smoke runs the same checks on the CPU"
+        )
         return 0
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     command = shlex.join(["python", "scripts/gpu_check.py", *(sys.argv[1:] if argv is None else argv)])
@@ -196,8 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checks = [(n, c) for n, c in CHECKS if not only or n in only]
         stamp = step_stamp(CHECK_DEPENDS, device, CHECK_PACKAGES, check_signature(args.cpu_smoke))
-        return run_checks(context(args.cpu_smoke, work), checks, records=Path(args.records),
-                          commit=code_commit(args.commit), device=device, command=command, stamp=stamp)  # fmt: skip
+        return run_checks(
+            context(args.cpu_smoke, work),
+            checks,
+            records=Path(args.records),
+            commit=code_commit(args.commit),
+            device=device,
+            command=command,
+            stamp=stamp,
+        )
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -101,8 +101,10 @@ def check_decode(ctx: Context) -> str:
             part, good = _judge(half, full, references, f"{'greedy' if beam == 1 else 'beam 4'} {precision}")
             parts.append(part)
             bad += [] if good else [part]
-    require(not bad, f"half precision strays from fp32 (floors: same {SAME_FLOOR:.0%}, chrF {CHRF_FLOOR:g}): "
-            f"{'; '.join(bad)}")  # fmt: skip
+    require(
+        not bad,
+        f"half precision strays from fp32 (floors: same {SAME_FLOOR:.0%}, chrF {CHRF_FLOOR:g}): {'; '.join(bad)}",
+    )
     note = "" if ctx.device.type == "cuda" else " (CPU smoke: the tiny model, pre-LN; fp16 autocast is CUDA only)"
     return f"{len(sources)} test sentences against fp32: {'; '.join(parts)}{note}"
 
@@ -123,8 +125,18 @@ def check_evaluate(ctx: Context) -> str:
 
     folder = ctx.work / "evaluate"
     folder.mkdir(parents=True, exist_ok=True)
-    _cli(ctx, "evaluate", "--checkpoint", str(_checkpoint(ctx)), "--precision", "auto", "--json",
-         str(folder / "scores.json"), "--output", str(folder / "test.hyp"))  # fmt: skip
+    _cli(
+        ctx,
+        "evaluate",
+        "--checkpoint",
+        str(_checkpoint(ctx)),
+        "--precision",
+        "auto",
+        "--json",
+        str(folder / "scores.json"),
+        "--output",
+        str(folder / "test.hyp"),
+    )
     scores = read_json(folder / "scores.json") or {}
     require(str(scores.get("device", "")).startswith(ctx.device.type), f"it decoded on {scores.get('device')}")
     model, tokenizer, config, sources, _ = _loaded(ctx)
@@ -132,8 +144,10 @@ def check_evaluate(ctx: Context) -> str:
     library = Translator(model, tokenizer, config.decode, device=ctx.device, precision=precision)
     same = agreement((folder / "test.hyp").read_text(encoding="utf-8").splitlines(), library.translate_texts(sources))
     require(same >= AGREEMENT, f"its translations equal the library's on {same:.0%} of {len(sources)} sentences")
-    return (f"precision auto ({precision}): BLEU {scores['bleu']:.1f} on {len(sources)} test sentences "
-            f"({scores['device']}); the library's translations on {same:.0%}")  # fmt: skip
+    return (
+        f"precision auto ({precision}): BLEU {scores['bleu']:.1f} on {len(sources)} test sentences "
+        f"({scores['device']}); the library's translations on {same:.0%}"
+    )
 
 
 def _maps_wanted() -> bool:
@@ -147,8 +161,17 @@ def _maps_wanted() -> bool:
 def _translate(ctx: Context, folder: Path, sources: list[str], name: str, *arguments: str) -> list[str]:
     """`transformer-translate ARGUMENTS` of `sources` on the device, fp32: its output lines."""
     (folder / f"{name}.src").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
-    _cli(ctx, "translate", *arguments, "--precision", "fp32", "--input", str(folder / f"{name}.src"), "--output",
-         str(folder / f"{name}.out"))  # fmt: skip
+    _cli(
+        ctx,
+        "translate",
+        *arguments,
+        "--precision",
+        "fp32",
+        "--input",
+        str(folder / f"{name}.src"),
+        "--output",
+        str(folder / f"{name}.out"),
+    )
     return (folder / f"{name}.out").read_text(encoding="utf-8").splitlines()
 
 
@@ -165,20 +188,40 @@ def check_inspect(ctx: Context) -> str:
     drawn = ["--attention-maps", str(folder / "maps")] if maps else []  # a figure per line, layer and kind: 2 lines
     aligned = _translate(ctx, folder, sources[:MAPPED], "aligned", "--checkpoint", checkpoint, "--alignment", *drawn)
     same = agreement([line.split("\t")[0] for line in aligned], library[:MAPPED])
-    require(ensemble >= AGREEMENT and same == 1.0, f"the model's translations: the ensemble's on {ensemble:.0%} of "
-            f"{len(sources)}, with alignments on {same:.0%} of {MAPPED}")  # fmt: skip
+    require(
+        ensemble >= AGREEMENT and same == 1.0,
+        f"the model's translations: the ensemble's on {ensemble:.0%} of "
+        f"{len(sources)}, with alignments on {same:.0%} of {MAPPED}",
+    )
     require(all("\t" in line for line in aligned), "a line without its alignment")
     figures = len(list((folder / "maps").rglob("*.png"))) if maps else 0
     require(figures > 0 or not maps, "no attention map drawn")
     (folder / "tgt.txt").write_text("".join(f"{t}\n" for t in library), encoding="utf-8")
-    done = _cli(ctx, "score", "--checkpoint", checkpoint, "--precision", "fp32", "--src", str(folder / "ensemble.src"),
-                "--tgt", str(folder / "tgt.txt"), "--json")  # fmt: skip
+    done = _cli(
+        ctx,
+        "score",
+        "--checkpoint",
+        checkpoint,
+        "--precision",
+        "fp32",
+        "--src",
+        str(folder / "ensemble.src"),
+        "--tgt",
+        str(folder / "tgt.txt"),
+        "--json",
+    )
     theirs = [p["log_prob"] for p in json.loads(done.stdout)["pairs"]]
-    ours = [s.log_prob for s in score_texts(model.cpu(), tokenizer, sources, library, max_tokens=4000,
-                                            device=torch.device("cpu"), precision="fp32")]  # fmt: skip
+    ours = [
+        s.log_prob
+        for s in score_texts(
+            model.cpu(), tokenizer, sources, library, max_tokens=4000, device=torch.device("cpu"), precision="fp32"
+        )
+    ]
     worst = max(abs(a - b) / max(abs(b), 1e-9) for a, b in zip(theirs, ours))
     require(len(theirs) == len(ours) and worst <= SCORE_TOLERANCE, f"transformer-score differs by {worst:.1e}")
     drew = f"{figures} attention maps" if maps else "no attention maps (matplotlib is not installed)"
-    return (f"the model's translations: the ensemble of it twice on {ensemble:.0%} of {len(sources)}, with "
-            f"alignments on {same:.0%} of {MAPPED}; {drew}; transformer-score within {worst:.1e} of the library on "
-            "the CPU")  # fmt: skip
+    return (
+        f"the model's translations: the ensemble of it twice on {ensemble:.0%} of {len(sources)}, with "
+        f"alignments on {same:.0%} of {MAPPED}; {drew}; transformer-score within {worst:.1e} of the library on "
+        "the CPU"
+    )

@@ -34,8 +34,15 @@ PACKAGES = {"hf": "transformers", "ctranslate2": "ctranslate2"}
 def _check_engine(ctx: Context, fmt: str) -> str:
     from transformer.benchmarks.gpu_check_decoding import _checkpoint
 
-    command = [sys.executable, "-m", "transformer.benchmarks.gpu_check_engines", fmt, str(_checkpoint(ctx)),
-               ctx.device.type, str(ctx.work / f"export-{fmt}")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "transformer.benchmarks.gpu_check_engines",
+        fmt,
+        str(_checkpoint(ctx)),
+        ctx.device.type,
+        str(ctx.work / f"export-{fmt}"),
+    ]
     try:
         done = subprocess.run(command, cwd=ROOT, env=ctx.env(), capture_output=True, text=True, timeout=ctx.timeout)
     except subprocess.TimeoutExpired:
@@ -95,9 +102,11 @@ def _engine(fmt: str, folder: Path, device: str, tokenizer):
     threads = torch.get_num_threads()
     if fmt == "hf":
         return build_engine("hf", "fp32", threads, folder, device=device), device, ""
-    pieces = dict(src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
-                  tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
-                  suppress=True)  # fmt: skip
+    pieces = dict(
+        src_pieces=[tokenizer.src_piece(i) for i in range(tokenizer.src_vocab_size)],
+        tgt_pieces=[tokenizer.tgt_piece(i) for i in range(tokenizer.tgt_vocab_size)],
+        suppress=True,
+    )
     if device == "cuda":
         import ctranslate2
 

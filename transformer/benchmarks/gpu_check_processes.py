@@ -44,8 +44,14 @@ def check_torchrun(ctx: Context) -> str:
     n = ctx.sizes.short_updates
     plain = once(ctx, "accumulation", lambda: train(ctx, "accumulation", n, *ACCUMULATION))
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
-    done = subprocess.run(_train_command(ctx, "torchrun", n, launcher, *ACCUMULATION), cwd=ROOT, env=ctx.env(),
-                          capture_output=True, text=True, timeout=ctx.timeout)  # fmt: skip
+    done = subprocess.run(
+        _train_command(ctx, "torchrun", n, launcher, *ACCUMULATION),
+        cwd=ROOT,
+        env=ctx.env(),
+        capture_output=True,
+        text=True,
+        timeout=ctx.timeout,
+    )
     require(done.returncode == 0, f"exit code {done.returncode}: {tail(done.stdout + done.stderr)}")
     where = "cuda:0" if ctx.device.type == "cuda" else "cpu"
     require(
@@ -53,14 +59,17 @@ def check_torchrun(ctx: Context) -> str:
         f"the run did not say it trained on {where} under DDP: {tail(done.stderr)}",
     )
     worst = compare_losses(read_losses(ctx.work / "torchrun"), plain.losses, n, ctx.tolerance)
-    return (f"trained on {where} under DDP, 2 micro-batches per update (no_sync on the first): {n} losses within "
-            f"{worst:.1e} of the run without DDP (tolerance {ctx.tolerance:g})")  # fmt: skip
+    return (
+        f"trained on {where} under DDP, 2 micro-batches per update (no_sync on the first): {n} losses within "
+        f"{worst:.1e} of the run without DDP (tolerance {ctx.tolerance:g})"
+    )
 
 
 def _kill_at_update(command: list[str], ctx: Context) -> str:
     """Start `command`, SIGTERM it once it logs update `kill_at`; its output (the run must exit 0)."""
-    proc = subprocess.Popen(command, cwd=ROOT, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     watchdog = threading.Timer(ctx.timeout, proc.kill)
     watchdog.start()
     lines = []
@@ -97,12 +106,15 @@ def check_kill_resume(ctx: Context) -> str:
     _kill_at_update(command, ctx)
     stopped = load_checkpoint(ctx.work / "killed" / "checkpoint_last.pt")["step"]
     require(ctx.sizes.kill_at <= stopped < n, f"the killed run saved update {stopped}, not one before {n}")
-    done = subprocess.run([*command, "--resume"], cwd=ROOT, env=ctx.env(), capture_output=True, text=True,
-                          timeout=ctx.timeout)  # fmt: skip
+    done = subprocess.run(
+        [*command, "--resume"], cwd=ROOT, env=ctx.env(), capture_output=True, text=True, timeout=ctx.timeout
+    )
     require(done.returncode == 0, f"the resumed run exited {done.returncode}: {tail(done.stdout + done.stderr)}")
     worst = compare_losses(read_losses(ctx.work / "killed"), reference.losses, n, ctx.tolerance)
     scales = _scale(ctx.work / "killed" / "checkpoint_last.pt"), _scale(reference.out_dir / "checkpoint_last.pt")
     require(scales[0] == scales[1], f"the resumed run ends with loss scale {scales[0]}, the uninterrupted {scales[1]}")
     how = f"fp16, loss scale {scales[0]:g} as uninterrupted" if fp16 else "bf16 (CPU smoke: no fp16, no scaler)"
-    return (f"SIGTERM at update {stopped}, resumed to {n} ({how}): losses within {worst:.1e} of the uninterrupted "
-            f"run (tolerance {ctx.tolerance:g})")  # fmt: skip
+    return (
+        f"SIGTERM at update {stopped}, resumed to {n} ({how}): losses within {worst:.1e} of the uninterrupted "
+        f"run (tolerance {ctx.tolerance:g})"
+    )

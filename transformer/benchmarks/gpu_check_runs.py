@@ -29,10 +29,20 @@ SHORT = ROOT / "data" / "bible-es-en" / "short"  # verses of at most 20 words: a
 SMOKE_BUCKET = 48  # data.max_tokens_per_sentence below (the short verses' longest kept side)
 # What the check runs, for its stamp (stamps.step_stamp): the library, its own modules and entry point, its configs
 # and data; and the optional packages whose versions change what it finds.
-CHECK_DEPENDS = ("transformer/*.py", "transformer/model", "transformer/data", "transformer/training",
-                 "transformer/decoding", "transformer/commands", "transformer/benchmarks/gpu_check*.py",
-                 "transformer/benchmarks/decode.py", "scripts/gpu_check.py", "configs/tiny.yaml", "configs/demo.yaml",
-                 "data/bible-es-en/short")  # fmt: skip
+CHECK_DEPENDS = (
+    "transformer/*.py",
+    "transformer/model",
+    "transformer/data",
+    "transformer/training",
+    "transformer/decoding",
+    "transformer/commands",
+    "transformer/benchmarks/gpu_check*.py",
+    "transformer/benchmarks/decode.py",
+    "scripts/gpu_check.py",
+    "configs/tiny.yaml",
+    "configs/demo.yaml",
+    "data/bible-es-en/short",
+)
 CHECK_PACKAGES = ("transformers", "ctranslate2", "matplotlib", "sacrebleu")
 
 
@@ -100,20 +110,39 @@ class Context:
 
     def overrides(self, name: str, updates: int, *extra: str) -> list[str]:
         """The --set values of a run named `name`: the tiny model on short verses, a loss logged every update."""
-        sizes = ["data.train.max_examples=1000", "data.valid.max_examples=40", "data.test.max_examples=40",
-                 f"data.max_tokens_per_sentence={SMOKE_BUCKET}", f"data.cache_dir={self.work / 'cache'}"]  # fmt: skip
-        train = [f"train.out_dir={self.work / name}", f"train.max_steps={updates}", "train.precision=bf16",
-                 "train.log_every=1", "train.valid_every=0", "train.valid_bleu=false",
-                 "train.save_every=0"]  # fmt: skip
+        sizes = [
+            "data.train.max_examples=1000",
+            "data.valid.max_examples=40",
+            "data.test.max_examples=40",
+            f"data.max_tokens_per_sentence={SMOKE_BUCKET}",
+            f"data.cache_dir={self.work / 'cache'}",
+        ]
+        train = [
+            f"train.out_dir={self.work / name}",
+            f"train.max_steps={updates}",
+            "train.precision=bf16",
+            "train.log_every=1",
+            "train.valid_every=0",
+            "train.valid_bleu=false",
+            "train.save_every=0",
+        ]
         return [*short_splits(), *sizes, *train, *(["train.threads=1"] if self.smoke else []), *extra]
 
     def decoder_overrides(self, updates: int) -> list[str]:
         """configs/demo.yaml's model on all short verses with 4k-token updates. After 1,000 updates (3.7M target
         tokens; 18 minutes on one CPU thread when this was checked) it translates the 200 test verses at 9.4 BLEU
         greedy, 11.6 beam 4, no longer repeating one token, so decoding has real choices to make."""
-        train = [f"train.out_dir={self.work / 'decoder'}", f"train.max_steps={updates}", "train.max_time=null",
-                 "train.max_tokens=4096", "train.update_tokens=4096", "train.precision=bf16", "train.log_every=50",
-                 "train.valid_every=0", "train.save_every=0"]  # fmt: skip
+        train = [
+            f"train.out_dir={self.work / 'decoder'}",
+            f"train.max_steps={updates}",
+            "train.max_time=null",
+            "train.max_tokens=4096",
+            "train.update_tokens=4096",
+            "train.precision=bf16",
+            "train.log_every=50",
+            "train.valid_every=0",
+            "train.save_every=0",
+        ]
         return [*short_splits(), "data.test.max_examples=200", f"data.cache_dir={self.work / 'cache'}", *train]
 
     def env(self) -> dict[str, str]:

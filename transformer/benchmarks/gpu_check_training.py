@@ -101,8 +101,11 @@ def check_skip(spy: UpdateSpy, run: Run) -> str:
     applied = 0
     for call, (rate, skipped) in enumerate(zip(spy.rates, spy.skipped), start=1):
         expected = optim.learning_rate(applied + 1, run.config.train, run.config.model)
-        require(math.isclose(rate, expected, rel_tol=1e-9), f"update call {call} ran at lr {rate:.4g}, the "
-                f"schedule's rate for update {applied + 1} is {expected:.4g}: a skip moved the schedule")  # fmt: skip
+        require(
+            math.isclose(rate, expected, rel_tol=1e-9),
+            f"update call {call} ran at lr {rate:.4g}, the "
+            f"schedule's rate for update {applied + 1} is {expected:.4g}: a skip moved the schedule",
+        )
         applied += not skipped
     counted = run.result["skipped"]
     require(counted == sum(spy.skipped), f"the trainer counted {counted} skipped updates, {sum(spy.skipped)} were")
@@ -208,9 +211,11 @@ def check_compile(ctx: Context) -> str:
         compiled = train(ctx, "buckets-compiled", n, *exact, "train.compile=true")
     worst = compare_losses(compiled.losses, eager.losses, n, ctx.compile_tolerance)
     how = "aot_eager backend" if ctx.smoke else "inductor"
-    return (f"{n} updates compiled ({how}, dynamic shapes, {counted['graphs']} graph(s), "
-            f"{time.perf_counter() - start:.0f} s with compilation) against eager, dropout 0, fp32: losses within "
-            f"{worst:.1e} (tolerance {ctx.compile_tolerance:g})")  # fmt: skip
+    return (
+        f"{n} updates compiled ({how}, dynamic shapes, {counted['graphs']} graph(s), "
+        f"{time.perf_counter() - start:.0f} s with compilation) against eager, dropout 0, fp32: losses within "
+        f"{worst:.1e} (tolerance {ctx.compile_tolerance:g})"
+    )
 
 
 def check_unfused_loss(ctx: Context) -> str:
@@ -218,15 +223,28 @@ def check_unfused_loss(ctx: Context) -> str:
     validation logged with a finite loss and BLEU."""
     reference, n = reference_run(ctx), ctx.sizes.short_updates
     every = max(n // 2, 1)
-    run = train(ctx, "unfused-loss", n, "train.fused_loss=false", f"train.valid_every={every}",
-                "train.valid_bleu=true", "train.valid_bleu_sentences=20")  # fmt: skip
+    run = train(
+        ctx,
+        "unfused-loss",
+        n,
+        "train.fused_loss=false",
+        f"train.valid_every={every}",
+        "train.valid_bleu=true",
+        "train.valid_bleu_sentences=20",
+    )
     tolerance = max(ctx.tolerance, ctx.compile_tolerance)  # another computation of the loss: kernels differ
     worst = compare_losses(run.losses, reference.losses, n, tolerance)
     valid = read_validations(run.out_dir)
     require(len(valid) >= n // every, f"{len(valid)} validations logged, {n // every} expected")
-    require(all(math.isfinite(v.get("valid_loss", math.nan)) and math.isfinite(v.get("valid_bleu", math.nan))
-                for v in valid), f"a validation without a finite loss and BLEU: {valid}")  # fmt: skip
+    require(
+        all(
+            math.isfinite(v.get("valid_loss", math.nan)) and math.isfinite(v.get("valid_bleu", math.nan)) for v in valid
+        ),
+        f"a validation without a finite loss and BLEU: {valid}",
+    )
     last = valid[-1]
-    return (f"full-logits loss: {n} losses within {worst:.1e} of the reference (tolerance {tolerance:g}); "
-            f"{len(valid)} validations with greedy BLEU, the last loss {last['valid_loss']:.3f}, "
-            f"BLEU {last['valid_bleu']:.2f}")  # fmt: skip
+    return (
+        f"full-logits loss: {n} losses within {worst:.1e} of the reference (tolerance {tolerance:g}); "
+        f"{len(valid)} validations with greedy BLEU, the last loss {last['valid_loss']:.3f}, "
+        f"BLEU {last['valid_bleu']:.2f}"
+    )

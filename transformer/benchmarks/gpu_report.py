@@ -90,8 +90,16 @@ class Report:
             return f"{record['status']} on {record['date']}"
         done = step.adopt(self, stamp) if step.adopt is not None else None
         if done is not None:  # e.g. `make gpu-check` run alone, passed with this stamp: the check step is done
-            entry = {"kind": "gpu_report_step", "step": step.name, "status": "done", "device": self.device,
-                     "date": today(), "commit": self.commit, "stamp": stamp, **done}  # fmt: skip
+            entry = {
+                "kind": "gpu_report_step",
+                "step": step.name,
+                "status": "done",
+                "device": self.device,
+                "date": today(),
+                "commit": self.commit,
+                "stamp": stamp,
+                **done,
+            }
             write_json(self.ledger(step.name), entry)
             return f"done on {done.get('date', today())}: {done.get('adopted', '')}"
         return None
@@ -128,8 +136,16 @@ def run_capped(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", preexec_fn=_own_group)  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            preexec_fn=_own_group,
+        )
         reader = threading.Thread(target=_copy, args=(proc.stdout, log), daemon=True)
         reader.start()
         try:
@@ -193,8 +209,13 @@ def _finish(step: Step, report: Report, entry: dict, status: str, since: float) 
         record = read_json(path)
         if record is not None and record.get("stamp") != entry["stamp"]:
             write_json(path, {**record, "commit": report.commit, "stamp": entry["stamp"]})
-    entry = {**entry, "status": status, "seconds": round(time.monotonic() - entry.pop("_start"), 1),
-             "records": [str(p) for p in records], **({"problem": problem} if problem else {})}  # fmt: skip
+    entry = {
+        **entry,
+        "status": status,
+        "seconds": round(time.monotonic() - entry.pop("_start"), 1),
+        "records": [str(p) for p in records],
+        **({"problem": problem} if problem else {}),
+    }
     if status != "done":
         entry["log_tail"] = _log_tail(report.ledger(step.name, "log"))
     write_json(report.ledger(step.name), entry)
@@ -210,8 +231,9 @@ def _command_and_run(step: Step, report: Report, entry: dict, deadline: float) -
         raise
     except Exception as exc:  # a step that cannot even be set up fails alone; the report goes on
         command, entry["problem"] = [], f"no command: {_first_line(exc)}"
-    print(f"[{step.name}] running, cap {entry['cap_seconds']:.0f} s: {entry['command'] or entry['problem']}",
-          flush=True)  # fmt: skip
+    print(
+        f"[{step.name}] running, cap {entry['cap_seconds']:.0f} s: {entry['command'] or entry['problem']}", flush=True
+    )
     if not command:
         return "failed", None
     on_start = lambda pid: write_json(report.ledger(step.name), {**entry, "pgid": pid})  # noqa: E731
@@ -222,21 +244,35 @@ def run_step(step: Step, report: Report, cap: float, stamp: str) -> dict:
     """Run one step under its cap (what building its command took, e.g. the CTranslate2 probe, included), its
     record written as "running" first and with the outcome at the end (also when this process is stopped)."""
     started, start = time.time(), time.monotonic()
-    entry = {"kind": "gpu_report_step", "step": step.name, "status": "running", "device": report.device,
-             "date": today(), "started": datetime.datetime.now().isoformat(timespec="seconds"),
-             "commit": report.commit, "stamp": stamp, "depends": list(step.depends),
-             "packages": list(step.packages), "signature": step.signature, "command": "", "cap_seconds": cap,
-             "log": str(report.ledger(step.name, "log"))}  # fmt: skip
+    entry = {
+        "kind": "gpu_report_step",
+        "step": step.name,
+        "status": "running",
+        "device": report.device,
+        "date": today(),
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "commit": report.commit,
+        "stamp": stamp,
+        "depends": list(step.depends),
+        "packages": list(step.packages),
+        "signature": step.signature,
+        "command": "",
+        "cap_seconds": cap,
+        "log": str(report.ledger(step.name, "log")),
+    }
     write_json(report.ledger(step.name), entry)
     try:
         status, code = _command_and_run(step, report, entry, start + cap)
     except ReportStopped as exc:
-        _finish(step, report, {**entry, "_start": start, "returncode": None, "signal": str(exc)}, "interrupted",
-                started)  # fmt: skip
+        _finish(
+            step, report, {**entry, "_start": start, "returncode": None, "signal": str(exc)}, "interrupted", started
+        )
         raise
     entry = _finish(step, report, {**entry, "_start": start, "returncode": code}, status, started)
-    print(f"[{step.name}] {status} in {entry['seconds']:.0f} s; records: {', '.join(entry['records']) or 'none'}",
-          flush=True)  # fmt: skip
+    print(
+        f"[{step.name}] {status} in {entry['seconds']:.0f} s; records: {', '.join(entry['records']) or 'none'}",
+        flush=True,
+    )
     return entry
 
 
@@ -253,16 +289,18 @@ def run_report(steps: list[Step], report: Report) -> int:
     then says interrupted)."""
     deadline = time.monotonic() + report.budget
     todo = [s for s in steps if not report.only or s.name in report.only]
-    print(f"gpu-report on {report.device}, budget {report.budget:.0f} s: {', '.join(s.name for s in todo)}",
-          flush=True)  # fmt: skip
+    print(f"gpu-report on {report.device}, budget {report.budget:.0f} s: {', '.join(s.name for s in todo)}", flush=True)
     previous = {sig: signal.signal(sig, _raise_on_signal) for sig in STOP_SIGNALS}
     states: dict[str, str] = {}
     try:
         for step in todo:
             states[step.name] = _consider(step, report, deadline)
     except ReportStopped as exc:
-        print(f"gpu-report: stopped by {exc} during {step.name}; its record says interrupted; run the same command "
-              "again to go on", flush=True)  # fmt: skip
+        print(
+            f"gpu-report: stopped by {exc} during {step.name}; its record says interrupted; run the same command "
+            "again to go on",
+            flush=True,
+        )
         return 128 + exc.signum
     finally:
         for sig, handler in previous.items():
@@ -279,8 +317,11 @@ def _consider(step: Step, report: Report, deadline: float) -> str:
         return "recorded"
     cap, left = report.caps.get(step.name, step.cap), deadline - time.monotonic()
     if cap + report.grace > left:
-        print(f"[{step.name}] needs up to {cap + report.grace:.0f} s, {max(left, 0):.0f} s of the budget left: left "
-              "for the next call", flush=True)  # fmt: skip
+        print(
+            f"[{step.name}] needs up to {cap + report.grace:.0f} s, {max(left, 0):.0f} s of the budget left: left "
+            "for the next call",
+            flush=True,
+        )
         return "left"
     return run_step(step, report, cap, stamp)["status"]
 
@@ -289,14 +330,19 @@ def _summary(states: dict[str, str], report: Report) -> int:
     counts = {s: sorted(n for n, v in states.items() if v == s) for s in ("done", "recorded", "failed", "capped")}
     left = [n for n, v in states.items() if v == "left"]
     whole = "" if left else "; every step recorded"
-    print("gpu-report: " + "; ".join(f"{k} {', '.join(v)}" for k, v in {**counts, "left": left}.items() if v) +
-          f"{whole}; records in {report.results / 'gpu'}", flush=True)  # fmt: skip
+    print(
+        "gpu-report: "
+        + "; ".join(f"{k} {', '.join(v)}" for k, v in {**counts, "left": left}.items() if v)
+        + f"{whole}; records in {report.results / 'gpu'}",
+        flush=True,
+    )
     return 1 if counts["failed"] or counts["capped"] else 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu_report.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="gpu_report.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--budget", default="7m", help="wall time for this call's steps, e.g. 7m, 420s")
     parser.add_argument("--only", help=f"comma-separated steps to consider, among {', '.join(STEP_NAMES)}")
     parser.add_argument("--redo", help="comma-separated steps to run even if recorded")
@@ -347,10 +393,20 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("gpu-report: no CUDA device here (torch.cuda.is_available() is False), nothing to measure; "
-              "--cpu-smoke runs the report on the CPU with tiny shapes")  # fmt: skip
+        print(
+            "gpu-report: no CUDA device here (torch.cuda.is_available() is False), nothing to measure; "
+            "--cpu-smoke runs the report on the CPU with tiny shapes"
+        )
         return 0
-    report = Report(Path(args.results), device_name(cuda=not args.cpu_smoke), code_commit(args.commit), budget, only,
-                    redo, caps, grace=3.0 if args.cpu_smoke else GRACE_S)  # fmt: skip
+    report = Report(
+        Path(args.results),
+        device_name(cuda=not args.cpu_smoke),
+        code_commit(args.commit),
+        budget,
+        only,
+        redo,
+        caps,
+        grace=3.0 if args.cpu_smoke else GRACE_S,
+    )
     steps = smoke_steps(Path(args.results) / "smoke-runs") if args.cpu_smoke else gpu_steps(Path(args.docs))
     return run_report(steps, report)

@@ -34,10 +34,25 @@ BASE_SHAPE = "base (6+6, d512, ff2048, V8000)"  # the name docs/results/decode_c
 # What the steps run, for their stamps (stamps.dependency_stamp: files, folders or glob patterns of the checkout).
 CORE = ("transformer/*.py", "transformer/model", "transformer/data")
 LIBRARY = (*CORE, "transformer/training", "transformer/decoding", "transformer/commands")
-TRAIN_DEPENDS = (*CORE, "transformer/training", "transformer/decoding/export.py", "transformer/commands/cli.py",
-                 "scripts/bench_gpu.py", "scripts/benchmark.py", "configs/base.yaml", "configs/big.yaml")  # fmt: skip
-DECODE_DEPENDS = (*CORE, "transformer/decoding", "transformer/commands/cli.py", "transformer/benchmarks/decode.py",
-                  "scripts/benchmark.py", "configs/base.yaml", "configs/tiny.yaml")  # fmt: skip
+TRAIN_DEPENDS = (
+    *CORE,
+    "transformer/training",
+    "transformer/decoding/export.py",
+    "transformer/commands/cli.py",
+    "scripts/bench_gpu.py",
+    "scripts/benchmark.py",
+    "configs/base.yaml",
+    "configs/big.yaml",
+)
+DECODE_DEPENDS = (
+    *CORE,
+    "transformer/decoding",
+    "transformer/commands/cli.py",
+    "transformer/benchmarks/decode.py",
+    "scripts/benchmark.py",
+    "configs/base.yaml",
+    "configs/tiny.yaml",
+)
 RECIPE_DEPENDS = (*LIBRARY, "scripts/run_recipe.py", "data/bible-es-en")
 
 
@@ -68,8 +83,15 @@ def _check(smoke: bool, cap: float) -> Step:
 
     def command(report: Report) -> list[str]:
         smoke_flag = ["--cpu-smoke"] if smoke else []
-        return [PY, "scripts/gpu_check.py", *smoke_flag, "--records", str(report.results / "gpu"), "--commit",
-                report.commit]  # fmt: skip
+        return [
+            PY,
+            "scripts/gpu_check.py",
+            *smoke_flag,
+            "--records",
+            str(report.results / "gpu"),
+            "--commit",
+            report.commit,
+        ]
 
     def summary(report: Report, status: str) -> list[Path]:
         return [p for p in [_check_record(report)] if p.is_file()]
@@ -80,8 +102,12 @@ def _check(smoke: bool, cap: float) -> Step:
         if not record or record.get("stamp") != stamp or not record.get("passed"):
             return None
         path = _check_record(report)
-        return {"adopted": f"gpu-check passed alone ({path.name})", "records": [str(path)],
-                "seconds": record.get("seconds"), "command": record.get("command")}  # fmt: skip
+        return {
+            "adopted": f"gpu-check passed alone ({path.name})",
+            "records": [str(path)],
+            "seconds": record.get("seconds"),
+            "command": record.get("command"),
+        }
 
     signature = check_signature(smoke)
     return Step("check", cap, command, summary, CHECK_DEPENDS, CHECK_PACKAGES, signature, adopt, resumable=True)
@@ -139,15 +165,55 @@ def _decode(smoke: bool, cap: float) -> Step:
         engines, note = decode_engines(ctranslate2_problem("cpu" if smoke else "cuda"), hf=not smoke)
         out = ["--engines", engines, *note, "--out", str(report.results)]
         if smoke:
-            return [PY, "scripts/benchmark.py", "decode", "--device", "cpu", "--config", "configs/tiny.yaml", "--vocab",
-                    "300", "--sentences", "8", "--src-len", "8", "--forced", "6", "--computes", "fp32", "--threads",
-                    "1", "--repeats", "1", "--shape", "tiny", *out]  # fmt: skip
-        return [PY, "scripts/benchmark.py", "decode", "--device", "cuda", "--config", "configs/base.yaml", "--forced",
-                "32", "--computes", "fp16", "--beams", "4,1", "--shape", BASE_SHAPE, *out]  # fmt: skip
+            return [
+                PY,
+                "scripts/benchmark.py",
+                "decode",
+                "--device",
+                "cpu",
+                "--config",
+                "configs/tiny.yaml",
+                "--vocab",
+                "300",
+                "--sentences",
+                "8",
+                "--src-len",
+                "8",
+                "--forced",
+                "6",
+                "--computes",
+                "fp32",
+                "--threads",
+                "1",
+                "--repeats",
+                "1",
+                "--shape",
+                "tiny",
+                *out,
+            ]
+        return [
+            PY,
+            "scripts/benchmark.py",
+            "decode",
+            "--device",
+            "cuda",
+            "--config",
+            "configs/base.yaml",
+            "--forced",
+            "32",
+            "--computes",
+            "fp16",
+            "--beams",
+            "4,1",
+            "--shape",
+            BASE_SHAPE,
+            *out,
+        ]
 
     signature = "decode " + ("tiny cpu fp32" if smoke else f"{BASE_SHAPE} cuda fp16 beams 4,1 forced 32")
-    return Step("decode", cap, command, depends=DECODE_DEPENDS, packages=("transformers", "ctranslate2"),
-                signature=signature)  # fmt: skip
+    return Step(
+        "decode", cap, command, depends=DECODE_DEPENDS, packages=("transformers", "ctranslate2"), signature=signature
+    )
 
 
 # ------------------------------------------------------------------------------------------------ recipes
@@ -161,18 +227,42 @@ def piece_record(out_dir: Path, *, name: str, config: str, report: Report, comma
     metrics = [json.loads(line) for line in lines if line.strip()]
     valid = [{k: m[k] for k in ("step", "valid_loss", "valid_bleu") if k in m} for m in metrics if "valid_loss" in m]
     train = [m for m in metrics if "loss" in m and "valid_loss" not in m]
-    return {"kind": "recipe_piece", "name": name, "config": config, "device": report.device, "date": today(),
-            "commit": report.commit, "command": command, "status": status, "updates": state["step"],
-            "train_minutes": round(state["elapsed"] / 60, 2), "pieces": len(state["pieces"]), "done": state["done"],
-            "stop_reason": state["pieces"][-1]["reason"] if state["pieces"] else None, "best_valid": state.get("best"),
-            "last_train": train[-1] if train else None, "validations": valid}  # fmt: skip
+    return {
+        "kind": "recipe_piece",
+        "name": name,
+        "config": config,
+        "device": report.device,
+        "date": today(),
+        "commit": report.commit,
+        "command": command,
+        "status": status,
+        "updates": state["step"],
+        "train_minutes": round(state["elapsed"] / 60, 2),
+        "pieces": len(state["pieces"]),
+        "done": state["done"],
+        "stop_reason": state["pieces"][-1]["reason"] if state["pieces"] else None,
+        "best_valid": state.get("best"),
+        "last_train": train[-1] if train else None,
+        "validations": valid,
+    }
 
 
 def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], cap: float) -> Step:
     def command(report: Report) -> list[str]:
         sets = [a for s in overrides for a in ("--set", s)]
-        return [PY, "scripts/run_recipe.py", "--config", config, *sets, *arguments, "--max-pieces", "1",
-                "--results-dir", str(report.results), "--no-progress"]  # fmt: skip
+        return [
+            PY,
+            "scripts/run_recipe.py",
+            "--config",
+            config,
+            *sets,
+            *arguments,
+            "--max-pieces",
+            "1",
+            "--results-dir",
+            str(report.results),
+            "--no-progress",
+        ]
 
     def summary(report: Report, status: str) -> list[Path]:
         from transformer.config import load_config
@@ -181,8 +271,9 @@ def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], 
         if not (out_dir / "recipe.json").is_file():
             return []  # capped before the first piece ended: the log holds what there is
         name = arguments[arguments.index("--name") + 1] if "--name" in arguments else Path(config).stem
-        record = piece_record(out_dir, name=name, config=config, report=report, command=" ".join(command(report)),
-                              status=status)  # fmt: skip
+        record = piece_record(
+            out_dir, name=name, config=config, report=report, command=" ".join(command(report)), status=status
+        )
         path = report.results / f"recipe_piece_{name}_{slug(report.device)}.json"
         write_json(path, record)
         return [path]
@@ -207,8 +298,17 @@ def _smoke_train(report: Report) -> list[str]:
     if not docs.is_file():
         docs.parent.mkdir(parents=True, exist_ok=True)
         docs.write_text("<!-- bench-gpu table: begin -->\n<!-- bench-gpu table: end -->\n", encoding="utf-8")
-    return [PY, "scripts/bench_gpu.py", "--cpu-smoke", "--out", str(report.results), "--docs", str(docs), "--peers",
-            "torch"]  # fmt: skip
+    return [
+        PY,
+        "scripts/bench_gpu.py",
+        "--cpu-smoke",
+        "--out",
+        str(report.results),
+        "--docs",
+        str(docs),
+        "--peers",
+        "torch",
+    ]
 
 
 def smoke_steps(work: Path) -> list[Step]:
@@ -217,8 +317,12 @@ def smoke_steps(work: Path) -> list[Step]:
     recipes = []
     for step, norm_first in (("recipe-pre-ln", "true"), ("recipe-post-ln", "false")):
         name = f"tiny_{step.removeprefix('recipe-').replace('-', '_')}"
-        overrides = [f"train.out_dir={work / name}", f"data.cache_dir={work / 'cache'}",
-                     f"model.norm_first={norm_first}", "train.threads=1"]  # fmt: skip
+        overrides = [
+            f"train.out_dir={work / name}",
+            f"data.cache_dir={work / 'cache'}",
+            f"model.norm_first={norm_first}",
+            "train.threads=1",
+        ]
         arguments = ["--name", name, "--piece", "0", "--piece-updates", "2"]
         recipes.append(_recipe(step, "configs/tiny.yaml", overrides, arguments, 120))
     train = Step("train", 120, _smoke_train, depends=TRAIN_DEPENDS, signature="bench-gpu tiny cpu")

@@ -130,8 +130,14 @@ def median_levels(rounds: list[list[Level]]) -> list[Level]:
     out = []
     for same in zip(*rounds):
         med = lambda values: statistics.median(values) if None not in values else None  # noqa: E731
-        out.append(Level(same[0].name, med([x.sentences_per_s for x in same]), med([x.p50_s for x in same]),
-                         med([x.p99_s for x in same])))  # fmt: skip
+        out.append(
+            Level(
+                same[0].name,
+                med([x.sentences_per_s for x in same]),
+                med([x.p50_s for x in same]),
+                med([x.p99_s for x in same]),
+            )
+        )
     return out
 
 

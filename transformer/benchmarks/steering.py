@@ -66,15 +66,22 @@ def compare(translator, sources, references, constraints, *, no_repeat: int = 3,
     bleu, tok = BLEU(), translator.tokenizer
     pieces = tok.encode_tgt(prefixes)
     return {
-        "lines": len(sources), "constraints": sum(len(c) for c in constraints), "seconds": seconds,
-        "bleu": {name: round(bleu.corpus_score([r.text for r in out], [list(references)]).score, 2)
-                 for name, out in results.items()},
-        "constraints_met": {name: sum(met(tok, r.tokens, c) for r, c in zip(results[name], constraints))
-                            for name in ("plain", "constrained")},
+        "lines": len(sources),
+        "constraints": sum(len(c) for c in constraints),
+        "seconds": seconds,
+        "bleu": {
+            name: round(bleu.corpus_score([r.text for r in out], [list(references)]).score, 2)
+            for name, out in results.items()
+        },
+        "constraints_met": {
+            name: sum(met(tok, r.tokens, c) for r, c in zip(results[name], constraints))
+            for name in ("plain", "constrained")
+        },
         "prefix_kept": sum(r.tokens[: len(p)] == p for r, p in zip(results["prefix"], pieces)),
-        "repeated_ngrams": {name: sum(_repeats(r.tokens, no_repeat) for r in results[name])
-                            for name in ("plain", "no_repeat")},
-    }  # fmt: skip
+        "repeated_ngrams": {
+            name: sum(_repeats(r.tokens, no_repeat) for r in results[name]) for name in ("plain", "no_repeat")
+        },
+    }
 
 
 def _repeats(tokens: list[int], n: int) -> int:

@@ -34,9 +34,16 @@ from pathlib import Path
 PERIOD = 0.02  # seconds per run/stop cycle: short against a training update (0.1-0.5 s) and a beam-search batch
 REFERENCE_STEPS = 150  # probe updates; the rate is measured over those after the first 50
 CALIBRATION_ROUNDS = 2  # probes under the throttle after the unthrottled one (`calibrate`)
-REFERENCE_SHAPE = ("model.d_model=256", "model.n_heads=4", "model.d_ff=512", "model.n_encoder_layers=2",
-                   "model.n_decoder_layers=1", "data.vocab_size=4000", "train.max_tokens=1200",
-                   "train.update_tokens=1000")  # fmt: skip
+REFERENCE_SHAPE = (
+    "model.d_model=256",
+    "model.n_heads=4",
+    "model.d_ff=512",
+    "model.n_encoder_layers=2",
+    "model.n_decoder_layers=1",
+    "data.vocab_size=4000",
+    "train.max_tokens=1200",
+    "train.update_tokens=1000",
+)
 
 
 def run_throttled(command: list[str], speed: float, period: float = PERIOD, **popen) -> int:
@@ -74,9 +81,17 @@ def reference_update_rate(
     `speed` (wall time, so a throttled run counts its stops): updates 50..`steps` of a fresh run. cache: a
     folder for the prepared data, to share between probes (default: a new one)."""
     with tempfile.TemporaryDirectory() as out:
-        overrides = [*REFERENCE_SHAPE, f"train.max_steps={steps}", "train.max_time=null", "train.valid_every=0",
-                     "train.log_every=50", "train.valid_bleu=false", "train.save_every=0", f"train.out_dir={out}",
-                     f"data.cache_dir={cache or out + '/cache'}"]  # fmt: skip
+        overrides = [
+            *REFERENCE_SHAPE,
+            f"train.max_steps={steps}",
+            "train.max_time=null",
+            "train.valid_every=0",
+            "train.log_every=50",
+            "train.valid_bleu=false",
+            "train.save_every=0",
+            f"train.out_dir={out}",
+            f"data.cache_dir={cache or out + '/cache'}",
+        ]
         command = [sys.executable, "-m", "transformer", "train", "--config", config, "--no-progress"]
         command += [arg for item in overrides for arg in ("--set", item)]
         code = run_throttled(command, speed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

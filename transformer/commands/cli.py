@@ -43,12 +43,20 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
 
 
 def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--config", required=required, help="YAML config file, or the name of a shipped config "
-                        "(demo, tiny, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})")  # fmt: skip
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--config",
+        required=required,
+        help="YAML config file, or the name of a shipped config "
+        "(demo, tiny, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a config value, e.g. --set model.d_model=256 --set train.lr=5e-4 (repeatable)",
-    )  # fmt: skip
+    )
 
 
 @user_errors_exit_2
@@ -81,9 +89,13 @@ def _train_args(parser: argparse.ArgumentParser) -> None:
     """transformer-train's own flags, after --config and --set."""
     parser.add_argument("--print-config", action="store_true", help="print the resolved config (YAML) and exit")
     parser.add_argument(
-        "--resume", nargs="?", const=True, default=False, metavar="CKPT",
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CKPT",
         help="continue exactly from train.out_dir/checkpoint_last.pt, or from CKPT",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
 
 
@@ -131,8 +143,13 @@ def average_main(argv: list[str] | None = None) -> int:
         if len(found) < args.last:
             logging.getLogger(__name__).warning(
                 "warning: --last %d asked for %d checkpoints but %s has only %d (train.keep_last keeps that many); "
-                "averaging %d", args.last, args.last, args.dir, len(found), len(found),
-            )  # fmt: skip
+                "averaging %d",
+                args.last,
+                args.last,
+                args.dir,
+                len(found),
+                len(found),
+            )
     check_not_an_input(args.output, [("--inputs", p) for p in inputs])
     save_checkpoint(average_checkpoints(inputs), args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}")
@@ -155,13 +172,18 @@ def _decoding_args(parser: argparse.ArgumentParser) -> None:
     _model_args(parser)  # then the search's flags: translate's and evaluate's
     parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
-    parser.add_argument("--length-penalty", choices=choices(DecodeConfig, "length_penalty"),
-                        help="gnmt ((5+len)/6)^alpha: paper")  # fmt: skip
+    parser.add_argument(
+        "--length-penalty", choices=choices(DecodeConfig, "length_penalty"), help="gnmt ((5+len)/6)^alpha: paper"
+    )
     parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
     parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
     parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
-    parser.add_argument("--no-repeat-ngram-size", type=count(0), metavar="N",
-                        help="no n-gram of N output pieces twice in a translation (0 = off)")  # fmt: skip
+    parser.add_argument(
+        "--no-repeat-ngram-size",
+        type=count(0),
+        metavar="N",
+        help="no n-gram of N output pieces twice in a translation (0 = off)",
+    )
 
 
 def _translate_args(parser: argparse.ArgumentParser) -> None:
@@ -169,25 +191,54 @@ def _translate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
     _decoding_args(parser)
     parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
-    parser.add_argument("--alignment", action="store_true", help="append each line's word alignment (Pharaoh 'i-j': "
-                        "source word i, target word j) after a tab (with --nbest: after ' ||| ')")  # fmt: skip
-    parser.add_argument("--alignment-layer", type=int, metavar="N", help="with --alignment: the decoder layer whose "
-                        "attention over the source (mean over heads) aligns (0-based; default: the last)")  # fmt: skip
-    parser.add_argument("--attention-maps", metavar="DIR", help="also draw each line's attention maps, every layer "
-                        "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)")  # fmt: skip
+    parser.add_argument(
+        "--alignment",
+        action="store_true",
+        help="append each line's word alignment (Pharaoh 'i-j': "
+        "source word i, target word j) after a tab (with --nbest: after ' ||| ')",
+    )
+    parser.add_argument(
+        "--alignment-layer",
+        type=int,
+        metavar="N",
+        help="with --alignment: the decoder layer whose "
+        "attention over the source (mean over heads) aligns (0-based; default: the last)",
+    )
+    parser.add_argument(
+        "--attention-maps",
+        metavar="DIR",
+        help="also draw each line's attention maps, every layer "
+        "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)",
+    )
     steer = parser.add_argument_group("steering the output (docs/decoding.md)")
-    steer.add_argument("--prefix-file", metavar="F", help="one target prefix per input line (empty line: none); "
-                       "each translation starts with it")  # fmt: skip
-    steer.add_argument("--constraints-file", metavar="F", help="one JSON list of phrases per input line ([] = none) "
-                       "that the translation must contain, in any order (beam search)")  # fmt: skip
-    steer.add_argument("--constraint-beam", type=count(1), metavar="N", help="the beam of lines with constraints: "
-                       "at least N (default: the config's decode.constraint_beam_size, 10)")  # fmt: skip
-    steer.add_argument("--replace-unk", action="store_true", help="replace each <unk> of a translation with the "
-                       "source text it is aligned to (last decoder layer; an ensemble: its first model)")  # fmt: skip
+    steer.add_argument(
+        "--prefix-file",
+        metavar="F",
+        help="one target prefix per input line (empty line: none); each translation starts with it",
+    )
+    steer.add_argument(
+        "--constraints-file",
+        metavar="F",
+        help="one JSON list of phrases per input line ([] = none) "
+        "that the translation must contain, in any order (beam search)",
+    )
+    steer.add_argument(
+        "--constraint-beam",
+        type=count(1),
+        metavar="N",
+        help="the beam of lines with constraints: at least N (default: the config's decode.constraint_beam_size, 10)",
+    )
+    steer.add_argument(
+        "--replace-unk",
+        action="store_true",
+        help="replace each <unk> of a translation with the "
+        "source text it is aligned to (last decoder layer; an ensemble: its first model)",
+    )
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument("--chunk-lines", type=count(1), default=CHUNK_LINES,
-                        help="lines read (and sorted) at a time from a pipe")  # fmt: skip
+    parser.add_argument(
+        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
+    )
 
 
 @user_errors_exit_2
@@ -207,20 +258,36 @@ def _scoring_args(parser: argparse.ArgumentParser) -> None:
     from transformer.evaluation import METRIC_NAMES, TOKENIZERS
 
     group = parser.add_argument_group("scoring (sacreBLEU)")
-    group.add_argument("--metrics", "-m", nargs="+", choices=METRIC_NAMES, default=["bleu", "chrf"],
-                       help="metrics to compute")  # fmt: skip
-    group.add_argument("--tokenize", "-tok", choices=TOKENIZERS, help="BLEU tokenization (default: 13a; zh, "
-                       "ja-mecab, ko-mecab need sacreBLEU's extras)")  # fmt: skip
+    group.add_argument(
+        "--metrics", "-m", nargs="+", choices=METRIC_NAMES, default=["bleu", "chrf"], help="metrics to compute"
+    )
+    group.add_argument(
+        "--tokenize",
+        "-tok",
+        choices=TOKENIZERS,
+        help="BLEU tokenization (default: 13a; zh, ja-mecab, ko-mecab need sacreBLEU's extras)",
+    )
     group.add_argument("--lowercase", "-lc", action="store_true", help="case-insensitive BLEU and chrF")
     group.add_argument("--chrf-word-order", "-cw", type=int, default=0, help="chrF word n-gram order (2 = chrF++)")
     paired = group.add_mutually_exclusive_group()
-    paired.add_argument("--paired-bs", action="store_true", help="paired bootstrap resampling test between --hyp "
-                        "systems, against the first")  # fmt: skip
+    paired.add_argument(
+        "--paired-bs",
+        action="store_true",
+        help="paired bootstrap resampling test between --hyp systems, against the first",
+    )
     paired.add_argument("--paired-ar", action="store_true", help="paired approximate randomisation test instead")
-    group.add_argument("--paired-n", type=int, default=0, help="resamples (bs) or trials (ar); 0 = sacreBLEU's "
-                       "defaults, 1000 and 10000")  # fmt: skip
-    group.add_argument("--tok-bleu", action="store_true", help="also the paper's tokenized, compound-split BLEU "
-                       "(Moses tokenizer with sacremoses installed, else 13a; labelled)")  # fmt: skip
+    group.add_argument(
+        "--paired-n",
+        type=int,
+        default=0,
+        help="resamples (bs) or trials (ar); 0 = sacreBLEU's defaults, 1000 and 10000",
+    )
+    group.add_argument(
+        "--tok-bleu",
+        action="store_true",
+        help="also the paper's tokenized, compound-split BLEU "
+        "(Moses tokenizer with sacremoses installed, else 13a; labelled)",
+    )
 
 
 def _evaluate_args(parser: argparse.ArgumentParser) -> None:
@@ -229,17 +296,32 @@ def _evaluate_args(parser: argparse.ArgumentParser) -> None:
     _decoding_args(parser)
     parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
     parser.add_argument("--src", help="source file to translate (with --ref; '-' = standard input)")
-    parser.add_argument("--ref", nargs="+", metavar="REF", help="reference file(s), line-aligned; several = "
-                        "multi-reference scoring; '-' = standard input")  # fmt: skip
+    parser.add_argument(
+        "--ref",
+        nargs="+",
+        metavar="REF",
+        help="reference file(s), line-aligned; several = multi-reference scoring; '-' = standard input",
+    )
     parser.add_argument("--test-set", help="a sacreBLEU test set, e.g. wmt14/full (downloaded; needs the internet)")
     parser.add_argument("--langpair", help="with --test-set, e.g. en-de")
-    parser.add_argument("--hyp", nargs="+", metavar="SYS", help="score existing output(s) against --ref, without "
-                        "a model; several systems: the first is the paired tests' baseline; '-' = stdin")  # fmt: skip
+    parser.add_argument(
+        "--hyp",
+        nargs="+",
+        metavar="SYS",
+        help="score existing output(s) against --ref, without "
+        "a model; several systems: the first is the paired tests' baseline; '-' = stdin",
+    )
     _scoring_args(parser)
-    parser.add_argument("--output", help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it; "
-                        "'-' = standard output, the report then goes to standard error)")  # fmt: skip
-    parser.add_argument("--json", help="also write the scores, signatures and what produced them as JSON to this "
-                        "file ('-' = standard output, the report then goes to standard error)")  # fmt: skip
+    parser.add_argument(
+        "--output",
+        help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it; "
+        "'-' = standard output, the report then goes to standard error)",
+    )
+    parser.add_argument(
+        "--json",
+        help="also write the scores, signatures and what produced them as JSON to this "
+        "file ('-' = standard output, the report then goes to standard error)",
+    )
 
 
 @user_errors_exit_2
@@ -300,16 +382,21 @@ def _serve_args(parser: argparse.ArgumentParser) -> None:
     """The checkpoint(s), where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
     from transformer.config import ServeConfig
 
-    parser.add_argument("--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: "
-                        "an ensemble")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: an ensemble"
+    )
     parser.add_argument("--api-keys", metavar="FILE", help="require an api_key field, one of FILE's lines")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--precision", choices=PRECISIONS, help="autocast; default: the checkpoint's decode.precision")
     parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
     kinds = {"host": str, "port": int, "batch_wait_ms": float, "max_len_a": float}
     for name, value in dataclasses.asdict(ServeConfig()).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds.get(name, int), default=value,
-                            help=SERVE_HELP.get(name, name.replace("_", " ")))  # fmt: skip
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=kinds.get(name, int),
+            default=value,
+            help=SERVE_HELP.get(name, name.replace("_", " ")),
+        )
 
 
 SERVE_HELP = {
@@ -337,15 +424,18 @@ def serve_main(argv: list[str] | None = None) -> int:
     try:
         from transformer.serving.server import serve
     except ImportError as exc:
-        raise UserError(f"transformer-serve needs the serve extra ({exc.name} is missing): pip install "
-                        "'transformer[serve]' (in a checkout: pip install -e '.[serve]')") from None  # fmt: skip
+        raise UserError(
+            f"transformer-serve needs the serve extra ({exc.name} is missing): pip install "
+            "'transformer[serve]' (in a checkout: pip install -e '.[serve]')"
+        ) from None
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)}
-    return serve(args.checkpoint, ServeConfig(**fields), keys_file=args.api_keys, device=args.device,
-                 precision=args.precision)  # fmt: skip
+    return serve(
+        args.checkpoint, ServeConfig(**fields), keys_file=args.api_keys, device=args.device, precision=args.precision
+    )
 
 
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
@@ -368,11 +458,12 @@ def main_parser() -> argparse.ArgumentParser:
     width = max(map(len, COMMANDS)) + 2
     listing = "\n".join(f"  {name:<{width}}{HELP[name][0]}" for name in COMMANDS)
     parser = argparse.ArgumentParser(
-        prog="python -m transformer", usage="%(prog)s [-h] [--version] COMMAND [options]",
+        prog="python -m transformer",
+        usage="%(prog)s [-h] [--version] COMMAND [options]",
         description=f"Train, run and score the paper's Transformer translator.\n\ncommands:\n{listing}",
         epilog="Each command is also installed as transformer-COMMAND; COMMAND --help shows its flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     parser.add_argument("--version", action="version", version=f"transformer {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     for name in COMMANDS:

@@ -77,8 +77,17 @@ def progress_bar(total: int | None, quiet: bool):
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    with logging_redirect_tqdm(), tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
-                                       disable=quiet or not sys.stderr.isatty(), leave=False) as bar:  # fmt: skip
+    with (
+        logging_redirect_tqdm(),
+        tqdm(
+            total=total,
+            unit="line",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=quiet or not sys.stderr.isatty(),
+            leave=False,
+        ) as bar,
+    ):
         yield bar
 
 

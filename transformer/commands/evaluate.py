@@ -59,22 +59,30 @@ def _test_set(args: argparse.Namespace, config: Config) -> TestSet:
         sources, references = sacrebleu_test_set(args.test_set, args.langpair)
         name = f"{args.test_set.replace('/', '-')}.{args.langpair}"
         description = f"sacreBLEU {args.test_set} {args.langpair}"
-        return TestSet(sources, [references], [f"{description} source", "its reference"], description, name,
-                       len(sources))  # fmt: skip
+        return TestSet(
+            sources, [references], [f"{description} source", "its reference"], description, name, len(sources)
+        )
     if args.src or args.ref:
         if not (args.src and args.ref):
             raise UserError("--src and --ref go together (or use --hyp F --ref F to score existing output)")
         total, description = _check_aligned([args.src, *args.ref]), f"{args.src} -> {' '.join(args.ref)}"
         references = [_stream_text(ref) for ref in args.ref]
-        return TestSet(_stream_text(args.src), references, _names([args.src, *args.ref]), description,
-                       Path(args.src).name, total)  # fmt: skip
+        return TestSet(
+            _stream_text(args.src), references, _names([args.src, *args.ref]), description, Path(args.src).name, total
+        )
     split = getattr(config.data, args.split)
     if split is None:
         raise UserError(f"the config has no data.{args.split} split: pass --src F --ref F or --test-set NAME")
     sources, references = load_pairs(split, config.data)
     description = _describe_split(args.split, split)
-    return TestSet(sources, [references], [f"data.{args.split} source", f"data.{args.split} target"], description,
-                   args.split, len(sources))  # fmt: skip
+    return TestSet(
+        sources,
+        [references],
+        [f"data.{args.split} source", f"data.{args.split} target"],
+        description,
+        args.split,
+        len(sources),
+    )
 
 
 def _check_aligned(paths: list[str]) -> int | None:
@@ -103,8 +111,9 @@ def _names(paths: list[str]) -> list[str]:
     return ["standard input" if path == "-" else path for path in paths]
 
 
-def _scores(rows: Iterable[Sequence[str]], systems: list[str], references: list[str], args: argparse.Namespace,
-            lang=None) -> dict[str, Any]:  # fmt: skip
+def _scores(
+    rows: Iterable[Sequence[str]], systems: list[str], references: list[str], args: argparse.Namespace, lang=None
+) -> dict[str, Any]:
     """sacreBLEU's scores of every system (evaluation.score_rows, reading `rows` a chunk at a time) as a record,
     plus the first system's under the flat keys (bleu, bleu_signature, chrf, ter, ...) and the paper-style BLEU on
     request."""
@@ -112,10 +121,18 @@ def _scores(rows: Iterable[Sequence[str]], systems: list[str], references: list[
 
     paired = "bs" if args.paired_bs else "ar" if args.paired_ar else None
     record = score_rows(
-        rows, systems, references, metrics=args.metrics, tokenize=args.tokenize, lowercase=args.lowercase,
-        chrf_word_order=args.chrf_word_order, paired=paired, paired_n=args.paired_n, tok_bleu=args.tok_bleu,
+        rows,
+        systems,
+        references,
+        metrics=args.metrics,
+        tokenize=args.tokenize,
+        lowercase=args.lowercase,
+        chrf_word_order=args.chrf_word_order,
+        paired=paired,
+        paired_n=args.paired_n,
+        tok_bleu=args.tok_bleu,
         lang=lang,
-    )  # fmt: skip
+    )
     for name, score in record["systems"][0]["scores"].items():
         key = "chrf" if name.startswith("chrF") else name.lower()
         record |= {key: score["score"], f"{key}_signature": score["signature"], f"{key}_detail": score["detail"]}
@@ -211,9 +228,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     with destination as out, progress_bar(test.total, args.quiet) as bar:  # the file appears once all is scored
         rows = _translated(translator, test, out, bar.update)
         scores = _scores(rows, [str(output)], test.names[1:], args, lang=config.data.tgt_lang)
-    lines = {"checkpoint": " + ".join(args.checkpoint),
-             "test set": f"{test.description}, {scores['sentences']} sentences",
-             "decoding": describe_decode(config.decode), "device": f"{device} {translator.precision}",
-             "hypotheses": "standard output" if to_stdout else str(output)}  # fmt: skip
+    lines = {
+        "checkpoint": " + ".join(args.checkpoint),
+        "test set": f"{test.description}, {scores['sentences']} sentences",
+        "decoding": describe_decode(config.decode),
+        "device": f"{device} {translator.precision}",
+        "hypotheses": "standard output" if to_stdout else str(output),
+    }
     _report(lines, scores, args.json, to_stderr=to_stdout, decode=config.to_dict()["decode"])
     return 0

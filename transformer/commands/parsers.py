@@ -122,9 +122,11 @@ def build_parser(command: str, *arguments: Callable[[argparse.ArgumentParser], N
 
     _, description, examples = HELP[command]
     parser = argparse.ArgumentParser(
-        prog=f"transformer-{command}", description=description, formatter_class=HelpFormatter,
+        prog=f"transformer-{command}",
+        description=description,
+        formatter_class=HelpFormatter,
         epilog=f"examples:\n{examples}\n\n{textwrap.fill(CONFIG_KEYS_HELP, 100)}",
-    )  # fmt: skip
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     for add in arguments:
         add(parser)

@@ -25,8 +25,9 @@ def score_args(parser: argparse.ArgumentParser) -> None:
     """transformer-score's own flags, after the model flags (cli.py's `_model_args`)."""
     parser.add_argument("--src", help="source sentences, one per line ('-' = standard input)")
     parser.add_argument("--tgt", help="their translations to score, line-aligned with --src ('-' = standard input)")
-    parser.add_argument("--split", choices=["test", "valid"], default="test",
-                        help="without --src/--tgt: the config split to score")  # fmt: skip
+    parser.add_argument(
+        "--split", choices=["test", "valid"], default="test", help="without --src/--tgt: the config split to score"
+    )
     parser.add_argument("--output", help="where to write the scores ('-' or none: standard output)")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of TSV lines")
 
@@ -52,8 +53,9 @@ def _pairs(args: argparse.Namespace, config) -> tuple[list[str], list[str], str,
             if not lines:
                 raise UserError(f"{'standard input' if path == '-' else path} is empty: nothing to score")
         if len(sources) != len(targets):
-            raise UserError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}: the pairs must "
-                            "be line-aligned")  # fmt: skip
+            raise UserError(
+                f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}: the pairs must be line-aligned"
+            )
         return sources, targets, f"{args.src} -> {args.tgt}", [("--src", args.src), ("--tgt", args.tgt)]
     from transformer.data.corpus import describe_split, input_files, load_pairs
 
@@ -74,8 +76,16 @@ def format_scores(scores, total: dict[str, Any], as_json: bool, about: dict[str,
     """The scores as TSV lines (one per pair) or as one JSON document (`about`, a record per pair, the totals)."""
     if not as_json:
         return "".join(f"{s.log_prob:.4f}\t{s.per_token:.4f}\t{s.ppl:.4f}\t{s.tokens}\n" for s in scores)
-    pairs = [{"line": i, "log_prob": _finite(s.log_prob), "per_token": _finite(s.per_token), "ppl": _finite(s.ppl),
-              "tokens": s.tokens} for i, s in enumerate(scores, start=1)]  # fmt: skip
+    pairs = [
+        {
+            "line": i,
+            "log_prob": _finite(s.log_prob),
+            "per_token": _finite(s.per_token),
+            "ppl": _finite(s.ppl),
+            "tokens": s.tokens,
+        }
+        for i, s in enumerate(scores, start=1)
+    ]
     total = {k: _finite(v) if isinstance(v, float) else v for k, v in total.items()}
     return json.dumps(about | {"pairs": pairs, "total": total}, indent=1, ensure_ascii=False) + "\n"
 

@@ -127,8 +127,13 @@ def _check_files(args: argparse.Namespace) -> None:
     """The input file exists, and --output names none of the files read."""
     if args.input and args.input != "-" and not Path(args.input).is_file():
         raise UserError(f"input file not found: {args.input}")
-    inputs = [("--input", args.input), *(("--checkpoint", c) for c in args.checkpoint), ("--config", args.config),
-              ("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)]  # fmt: skip
+    inputs = [
+        ("--input", args.input),
+        *(("--checkpoint", c) for c in args.checkpoint),
+        ("--config", args.config),
+        ("--prefix-file", args.prefix_file),
+        ("--constraints-file", args.constraints_file),
+    ]
     check_not_an_input(args.output, inputs)
 
 
@@ -152,9 +157,13 @@ def run_translate(args: argparse.Namespace) -> int:
         output = atomic_output(args.output) if to_file else contextlib.nullcontext(sys.stdout)
         with output as out, progress_bar(total, args.quiet or interactive) as bar:
             translations = translator.translate(
-                lines, chunk_lines=chunk, progress=bar.update, alignment=args.alignment,
-                alignment_layer=args.alignment_layer, **_steering(args),
-            )  # fmt: skip
+                lines,
+                chunk_lines=chunk,
+                progress=bar.update,
+                alignment=args.alignment,
+                alignment_layer=args.alignment_layer,
+                **_steering(args),
+            )
             for index, results in enumerate(translations):
                 if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it
                     out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}{_links(r, ' ||| ')}\n" for r in results)

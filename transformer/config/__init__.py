@@ -27,7 +27,24 @@ from transformer.config.sections import (
 from transformer.errors import ConfigError
 
 __all__ = [
-    "CHUNK_LINES", "PRECISIONS", "REMOVED_KEYS", "TOKENIZER_FILES", "Config", "ConfigError", "DataConfig",
-    "DecodeConfig", "ModelConfig", "Precision", "ServeConfig", "SplitConfig", "SubwordSampling", "TrainConfig",
-    "choices", "from_dict", "load_config", "parse_duration", "save_config", "set_dotted",
-]  # fmt: skip
+    "CHUNK_LINES",
+    "PRECISIONS",
+    "REMOVED_KEYS",
+    "TOKENIZER_FILES",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "DecodeConfig",
+    "ModelConfig",
+    "Precision",
+    "ServeConfig",
+    "SplitConfig",
+    "SubwordSampling",
+    "TrainConfig",
+    "choices",
+    "from_dict",
+    "load_config",
+    "parse_duration",
+    "save_config",
+    "set_dotted",
+]

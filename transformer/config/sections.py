@@ -70,8 +70,12 @@ class SplitConfig:
     paths, resolved against the config's folder; `dataset` too with from_disk); `transformer.data.corpus.READERS`
     reads each."""
 
-    KINDS: ClassVar = {"parallel": (("src", "tgt"), ("src", "tgt")), "tsv": (("tsv",), ("tsv",)),
-                       "dataset": (("dataset",), ("data_files",)), "corpora": (("corpora",), ())}  # fmt: skip
+    KINDS: ClassVar = {
+        "parallel": (("src", "tgt"), ("src", "tgt")),
+        "tsv": (("tsv",), ("tsv",)),
+        "dataset": (("dataset",), ("data_files",)),
+        "corpora": (("corpora",), ()),
+    }
     src: str | None = None  # plain text file, one source sentence per line
     tgt: str | None = None  # plain text file, one target sentence per line, parallel to `src`
     tsv: str | None = None  # tab-separated file (plain, .gz or .xz)
@@ -200,8 +204,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
             require(getattr(self, name) > 0, f"train.{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "max_steps", "max_epochs", "valid_every", "save_every", "patience", "threads",
-                     "accumulation", "prefetch"):  # fmt: skip
+        for name in (
+            "warmup_steps",
+            "max_steps",
+            "max_epochs",
+            "valid_every",
+            "save_every",
+            "patience",
+            "threads",
+            "accumulation",
+            "prefetch",
+        ):
             require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")
         require(all(0 <= b < 1 for b in self.adam_betas), f"train.adam_betas must be in [0, 1), got {self.adam_betas}")

@@ -274,17 +274,24 @@ class TokenBatchSampler:
     def state_dict(self) -> dict:
         """Plain ints, safe in a `weights_only` checkpoint; the settings are kept to refuse a mismatched resume."""
         return {
-            "epoch": self.epoch, "position": self.position, "seed": self.seed, "max_tokens": self.max_tokens,
-            "world_size": self.world_size, "n_examples": len(self.src_lengths), "shuffle": int(self.shuffle),
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "world_size": self.world_size,
+            "n_examples": len(self.src_lengths),
+            "shuffle": int(self.shuffle),
             "buckets": int(self.buckets),
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a saved (epoch, position); the data, seed, max_tokens and world size must be the same."""
         mine = self.state_dict()
         if state.get("subword_sampling"):
-            raise UserError(f"cannot resume the batch order: it was saved with data.subword_sampling "
-                            f"{state['subword_sampling']}, now off; resume with the same setting")  # fmt: skip
+            raise UserError(
+                f"cannot resume the batch order: it was saved with data.subword_sampling "
+                f"{state['subword_sampling']}, now off; resume with the same setting"
+            )
         for key in ("seed", "max_tokens", "world_size", "n_examples", "shuffle", "buckets"):
             if key in state and int(state[key]) != mine[key]:
                 raise UserError(

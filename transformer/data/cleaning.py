@@ -109,6 +109,12 @@ class PairFilter:
         log.info(
             "train: kept %d of %d pairs; dropped %d with an empty side, %d longer than %d tokens, "
             "%d with a length ratio above %g%s",
-            kept, self.read, self.dropped["empty"], self.dropped["too_long"], data.max_tokens_per_sentence,
-            self.dropped["length_ratio"], data.max_length_ratio, extra,
-        )  # fmt: skip
+            kept,
+            self.read,
+            self.dropped["empty"],
+            self.dropped["too_long"],
+            data.max_tokens_per_sentence,
+            self.dropped["length_ratio"],
+            data.max_length_ratio,
+            extra,
+        )

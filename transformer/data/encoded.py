@@ -26,8 +26,14 @@ import numpy as np
 
 ARRAYS = ("src_tokens", "src_offsets", "tgt_tokens", "tgt_offsets")
 LENGTHS = ("src_lengths", "tgt_lengths")  # int32, the model's lengths: written too, so that ranks share them
-_DTYPES = {"src_tokens": np.int32, "src_offsets": np.int64, "tgt_tokens": np.int32, "tgt_offsets": np.int64,
-           "src_lengths": np.int32, "tgt_lengths": np.int32}  # fmt: skip
+_DTYPES = {
+    "src_tokens": np.int32,
+    "src_offsets": np.int64,
+    "tgt_tokens": np.int32,
+    "tgt_offsets": np.int64,
+    "src_lengths": np.int32,
+    "tgt_lengths": np.int32,
+}
 
 
 def offsets_of(lengths: np.ndarray, start: int = 0) -> np.ndarray:

@@ -92,8 +92,11 @@ def _stage(what: str) -> Iterator[None]:
     yield
     log.info(
         "%s: %.1f s; peak memory so far %.2f GB (this process), %.2f GB (largest worker)",
-        what, time.perf_counter() - start, _peak_rss_gb(resource.RUSAGE_SELF), _peak_rss_gb(resource.RUSAGE_CHILDREN),
-    )  # fmt: skip
+        what,
+        time.perf_counter() - start,
+        _peak_rss_gb(resource.RUSAGE_SELF),
+        _peak_rss_gb(resource.RUSAGE_CHILDREN),
+    )
 
 
 def _write_split(
@@ -151,8 +154,13 @@ def drop_longer(split: EncodedSplit, limit: int, name: str) -> EncodedSplit:
     keep = (split.src_lengths <= limit) & (split.tgt_lengths <= limit)
     if keep.all():
         return split
-    log.warning("%s: left out %d of %d pairs longer than model.max_positions (%d tokens)", name,
-                int((~keep).sum()), len(keep), limit)  # fmt: skip
+    log.warning(
+        "%s: left out %d of %d pairs longer than model.max_positions (%d tokens)",
+        name,
+        int((~keep).sum()),
+        len(keep),
+        limit,
+    )
     kept = split.select(keep)
     kept.dropped = {**split.dropped, "too_long_for_model": int((~keep).sum())}
     return kept
@@ -265,10 +273,16 @@ def prepare_tokenizer(
     log.info("tokenizer: training SentencePiece (large corpora take minutes)")
     with spinner("training SentencePiece", progress), _stage("tokenizer: SentencePiece training"):
         tokenizer = Tokenizer.train(
-            src, tgt, vocab_size=data.vocab_size, model_type=data.spm_model_type, joint=data.joint_vocab,
-            input_sentences=0, character_coverage=data.character_coverage, seed=seed,
+            src,
+            tgt,
+            vocab_size=data.vocab_size,
+            model_type=data.spm_model_type,
+            joint=data.joint_vocab,
+            input_sentences=0,
+            character_coverage=data.character_coverage,
+            seed=seed,
             byte_fallback=data.spm_byte_fallback,
-        )  # fmt: skip
+        )
     del src, tgt
     write_atomically(folder, lambda tmp: _write_models(tmp, tokenizer))
     log.info("tokenizer: %r saved in %s", tokenizer, folder)

@@ -90,13 +90,24 @@ def _write_copies(tmps: list[Path], data: DataConfig, tokenizer: Tokenizer, work
                 writer.append(*src, *tgt)
         on_error.pop_all()
     for k, (tmp, writer, seed) in enumerate(zip(tmps, writers, seeds)):
-        meta = {"pairs_read": read, "pairs": writer.close(), "tokenizer": repr(tokenizer), "seed": list(seed),
-                "alpha": data.subword_sampling.alpha, "deterministic_pairs": int(fallbacks[k])}  # fmt: skip
+        meta = {
+            "pairs_read": read,
+            "pairs": writer.close(),
+            "tokenizer": repr(tokenizer),
+            "seed": list(seed),
+            "alpha": data.subword_sampling.alpha,
+            "deterministic_pairs": int(fallbacks[k]),
+        }
         save_extras(tmp, meta, pairs_filter.dropped, None)
         growth = pieces[k + 1] / np.maximum(pieces[0], 1) - 1
-        log.info("train: sampled segmentation %d: %+.1f%% source and %+.1f%% target pieces; %d pair(s) over "
-                 "data.max_tokens_per_sentence kept the deterministic one", seed[1], 100 * growth[0],
-                 100 * growth[1], fallbacks[k])  # fmt: skip
+        log.info(
+            "train: sampled segmentation %d: %+.1f%% source and %+.1f%% target pieces; %d pair(s) over "
+            "data.max_tokens_per_sentence kept the deterministic one",
+            seed[1],
+            100 * growth[0],
+            100 * growth[1],
+            fallbacks[k],
+        )
 
 
 def prepare_segmentations(
@@ -107,12 +118,19 @@ def prepare_segmentations(
     tokenizer.encode_src([], (data.subword_sampling.alpha, 0))  # refused here, before any work, through a table
     missing = [k for k, folder in enumerate(folders) if not (folder / "meta.json").is_file()]
     if missing:
-        log.info("train: encoding sampled segmentations %s of %d (alpha %g)", missing, len(folders),
-                 data.subword_sampling.alpha)  # fmt: skip
+        log.info(
+            "train: encoding sampled segmentations %s of %d (alpha %g)",
+            missing,
+            len(folders),
+            data.subword_sampling.alpha,
+        )
         if not seeds_repeat_across_processes():
-            log.warning("train: SentencePiece %s salts its sampling seeds once per process, so another preparation "
-                        "of this setting would sample other copies (this cache keeps these; sentencepiece<0.2.2 "
-                        "repeats them)", spm.__version__)  # fmt: skip
+            log.warning(
+                "train: SentencePiece %s salts its sampling seeds once per process, so another preparation "
+                "of this setting would sample other copies (this cache keeps these; sentencepiece<0.2.2 "
+                "repeats them)",
+                spm.__version__,
+            )
         seeds = [(seed, k) for k in missing]
         _write_all([folders[k] for k in missing], lambda tmps: _write_copies(tmps, data, tokenizer, workers, seeds))
     return [load_split(folder) for folder in folders]
@@ -153,7 +171,9 @@ class SegmentedBatchSampler:
         """Continue from a saved (epoch, position), saved with the same sampling setting (and TokenBatchSampler's)."""
         if state.get("subword_sampling") != self.setting:
             was = state.get("subword_sampling") or "off"
-            raise UserError(f"cannot resume the batch order: it was saved with data.subword_sampling {was}, now "
-                            f"{self.setting}; resume with the same setting")  # fmt: skip
+            raise UserError(
+                f"cannot resume the batch order: it was saved with data.subword_sampling {was}, now "
+                f"{self.setting}; resume with the same setting"
+            )
         self.samplers[0].load_state_dict({k: v for k, v in state.items() if k != "subword_sampling"})
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

@@ -75,12 +75,17 @@ def _train_model(
             character_coverage=character_coverage,
             byte_fallback=byte_fallback,  # characters outside the vocabulary as <0xNN> byte pieces, not <unk>
             input_sentence_size=0,  # already sampled by the caller, reproducibly
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            pad_piece=SPECIAL_PIECES[0], unk_piece=SPECIAL_PIECES[1],
-            bos_piece=SPECIAL_PIECES[2], eos_piece=SPECIAL_PIECES[3],
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=SPECIAL_PIECES[0],
+            unk_piece=SPECIAL_PIECES[1],
+            bos_piece=SPECIAL_PIECES[2],
+            eos_piece=SPECIAL_PIECES[3],
             num_threads=max(1, min(16, os.cpu_count() or 1)),
             minloglevel=2,
-        )  # fmt: skip
+        )
     except RuntimeError as exc:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 1723."
         reason = str(exc).strip().split("] ")[-1]
         raise UserError(f"SentencePiece could not train a {vocab_size}-piece {model_type} model: {reason}") from None
@@ -96,8 +101,10 @@ def _sampling(sample: tuple[float, int] | None, table: PieceTable | None = None)
     if sample is None:
         return {}
     if table is not None:
-        raise UserError("data.subword_sampling needs a SentencePiece model with this project's ids (one trained by "
-                        "transformer-prepare), not one used through an id table")  # fmt: skip
+        raise UserError(
+            "data.subword_sampling needs a SentencePiece model with this project's ids (one trained by "
+            "transformer-prepare), not one used through an id table"
+        )
     alpha, seed = sample
     spm.set_random_generator_seed(seed)
     return {"enable_sampling": True, "alpha": alpha, "nbest_size": -1, "num_threads": 1}

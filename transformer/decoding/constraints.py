@@ -101,9 +101,13 @@ class LexicalConstraints(RowSentences):
     phrases (each a list of target ids; an empty list: no constraints for that sentence)."""
 
     def __init__(
-        self, constraints: Sequence[Sequence[Sequence[int]]], *, eos_id: int, limits: Sequence[int] | None = None,
+        self,
+        constraints: Sequence[Sequence[Sequence[int]]],
+        *,
+        eos_id: int,
+        limits: Sequence[int] | None = None,
         device: torch.device | str = "cpu",
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(len(constraints), device)
         self.sets = [Phrases(phrases) for phrases in constraints]
         self.eos_id = eos_id
@@ -161,8 +165,10 @@ class LexicalConstraints(RowSentences):
         hs, ts = (torch.tensor(side, device=log_probs.device) for side in zip(*extra))
         extra_scores = (log_probs[b, hs, ts] + scores[b, hs]).tolist()
         found.update((c, v) for c, v in zip(extra, extra_scores) if v > NEG_INF)
-        banked = sorted(((phrases.bank(phrases.advance(states[h], t)), v, h, t) for (h, t), v in found.items()),
-                        key=lambda c: (-c[0], -c[1]))  # fmt: skip
+        banked = sorted(
+            ((phrases.bank(phrases.advance(states[h], t)), v, h, t) for (h, t), v in found.items()),
+            key=lambda c: (-c[0], -c[1]),
+        )
         stripes, ranks = [], {}
         for bank, v, h, t in banked:  # the r-th best of each bank goes before every bank's (r+1)-th
             ranks[bank] = ranks.get(bank, -1) + 1

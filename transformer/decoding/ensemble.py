@@ -80,9 +80,9 @@ class Ensemble(nn.Module):
 
     def init_cache(self, memory: list[torch.Tensor], src_mask: torch.Tensor, *, beams: int, capacity: int):
         """Each model's cache from its memory (model/cache.py's `init_cache`), as one `EnsembleCache`."""
-        return EnsembleCache([
-            init_cache(model, m, src_mask, beams=beams, capacity=capacity) for model, m in zip(self.models, memory)
-        ])  # fmt: skip
+        return EnsembleCache(
+            [init_cache(model, m, src_mask, beams=beams, capacity=capacity) for model, m in zip(self.models, memory)]
+        )
 
     def decode_step(self, tokens: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
         """tokens (N, 1) -> (N, V) float32: the log of the models' mean next-token probability; grows every cache."""

@@ -39,10 +39,19 @@ log = logging.getLogger(__name__)
 FORMATS = ("hf", "ctranslate2")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 EXPORT_FILES = {  # what either format writes; a re-export may replace these
-    "config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json", "special_tokens_map.json",
-    "vocab.json", "source.spm", "target.spm", "model.bin", "shared_vocabulary.json", "source_vocabulary.json",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "source.spm",
+    "target.spm",
+    "model.bin",
+    "shared_vocabulary.json",
+    "source_vocabulary.json",
     "target_vocabulary.json",
-}  # fmt: skip
+}
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}  # ours -> HF's activation_function
 INSTALL = "pip install 'transformer[export]' (or: pip install transformers ctranslate2)"
 
@@ -89,13 +98,27 @@ def _hf_config(model_config, vocab_size: int, bos_id: int = BOS_ID):
 
     c = model_config
     fields = dict(
-        vocab_size=vocab_size, d_model=c.d_model, encoder_layers=c.n_encoder_layers,
-        decoder_layers=c.n_decoder_layers, encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=HF_ACTIVATIONS[c.activation],
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=c.max_positions,
-        scale_embedding=c.scale_embedding, pad_token_id=PAD_ID, bos_token_id=bos_id, eos_token_id=EOS_ID,
-        decoder_start_token_id=bos_id, forced_eos_token_id=None, tie_word_embeddings=c.tie_output,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.n_encoder_layers,
+        decoder_layers=c.n_decoder_layers,
+        encoder_attention_heads=c.n_heads,
+        decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff,
+        decoder_ffn_dim=c.d_ff,
+        activation_function=HF_ACTIVATIONS[c.activation],
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=c.max_positions,
+        scale_embedding=c.scale_embedding,
+        pad_token_id=PAD_ID,
+        bos_token_id=bos_id,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=bos_id,
+        forced_eos_token_id=None,
+        tie_word_embeddings=c.tie_output,
+    )
     if c.norm_first:
         return PegasusConfig(**fields)
     return MarianConfig(decoder_vocab_size=vocab_size, share_encoder_decoder_embeddings=True, **fields)
@@ -128,8 +151,9 @@ def hf_state_dict(model, norm_first: bool) -> dict[str, torch.Tensor]:
                 out[f"{p}.{hf_name}.out_proj.weight"] = rows(attn.out_proj.weight)
                 out[f"{p}.{hf_name}.out_proj.bias"] = rows(attn.out_proj.bias)
                 out[f"{p}.{hf_name}_layer_norm.weight"], out[f"{p}.{hf_name}_layer_norm.bias"] = (
-                    rows(norm.weight), rows(norm.bias),
-                )  # fmt: skip
+                    rows(norm.weight),
+                    rows(norm.bias),
+                )
             out[f"{p}.fc1.weight"], out[f"{p}.fc1.bias"] = cols(layer.ff.linear1.weight), plain(layer.ff.linear1.bias)
             out[f"{p}.fc2.weight"], out[f"{p}.fc2.bias"] = rows(layer.ff.linear2.weight), rows(layer.ff.linear2.bias)
             out[f"{p}.final_layer_norm.weight"] = rows(layer.ff_norm.weight)
@@ -149,10 +173,17 @@ def _generation_config(decode, max_positions: int, bos_id: int = BOS_ID):
 
     banned = [[PAD_ID]] + ([[bos_id]] if bos_id != PAD_ID else [])  # never generated, as in our search
     return GenerationConfig(
-        num_beams=decode.beam_size, early_stopping=True, length_penalty=decode.alpha, max_new_tokens=max_positions - 1,
-        bad_words_ids=banned, decoder_start_token_id=bos_id, bos_token_id=bos_id,
-        eos_token_id=EOS_ID, pad_token_id=PAD_ID, forced_eos_token_id=None,
-    )  # fmt: skip
+        num_beams=decode.beam_size,
+        early_stopping=True,
+        length_penalty=decode.alpha,
+        max_new_tokens=max_positions - 1,
+        bad_words_ids=banned,
+        decoder_start_token_id=bos_id,
+        bos_token_id=bos_id,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        forced_eos_token_id=None,
+    )
 
 
 def hf_model_from_ours(model, config, bos_id: int = BOS_ID):
@@ -167,8 +198,10 @@ def hf_model_from_ours(model, config, bos_id: int = BOS_ID):
     missing, unexpected = hf_model.load_state_dict(hf_state_dict(model, config.model.norm_first), strict=False)
     missing = [k for k in missing if not k.endswith("embed_positions.weight")]
     if missing or unexpected:  # a transformers version with other names: refuse rather than export half a model
-        raise UserError(f"this transformers version names its weights differently (missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]}); install a transformers >= 4.40")  # fmt: skip
+        raise UserError(
+            f"this transformers version names its weights differently (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}); install a transformers >= 4.40"
+        )
     P = hf_permutation(config.model.d_model)
     ours = model.decoder.positional.table[: config.model.max_positions][:, P]  # (L, D) in HF's layout
     theirs = hf_model.model.decoder.embed_positions.weight
@@ -193,11 +226,16 @@ def export_hf(model, tokenizer, config, output: Path) -> None:
         vocab = Path(tmp) / "vocab.json"
         vocab.write_text(json.dumps({p: i for i, p in enumerate(_pieces(tokenizer, "tgt"))}, ensure_ascii=False))
         hf_tokenizer = MarianTokenizer(
-            source_spm=str(src), target_spm=str(tgt), vocab=str(vocab), source_lang=config.data.src_lang,
-            target_lang=config.data.tgt_lang, unk_token=tokenizer.tgt_piece(UNK_ID),
-            eos_token=tokenizer.tgt_piece(EOS_ID), pad_token=tokenizer.tgt_piece(PAD_ID),
+            source_spm=str(src),
+            target_spm=str(tgt),
+            vocab=str(vocab),
+            source_lang=config.data.src_lang,
+            target_lang=config.data.tgt_lang,
+            unk_token=tokenizer.tgt_piece(UNK_ID),
+            eos_token=tokenizer.tgt_piece(EOS_ID),
+            pad_token=tokenizer.tgt_piece(PAD_ID),
             model_max_length=config.model.max_positions,
-        )  # fmt: skip
+        )
         hf_tokenizer.save_pretrained(output)
 
 
@@ -302,8 +340,10 @@ def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path, quan
         raise UserError(f"--output {output} exists and is not a directory")
     foreign = sorted(p.name for p in output.iterdir() if p.name not in EXPORT_FILES) if output.is_dir() else []
     if foreign:  # CTranslate2's converter empties the directory first: never on someone's files
-        raise UserError(f"--output {output} holds files an export did not write ({', '.join(foreign[:3])}); "
-                        "choose a new or empty directory")  # fmt: skip
+        raise UserError(
+            f"--output {output} holds files an export did not write ({', '.join(foreign[:3])}); "
+            "choose a new or empty directory"
+        )
     model, tokenizer, config = build_model(load_checkpoint(checkpoint), "cpu")
     if fmt == "hf":
         export_hf(model, tokenizer, config, output)

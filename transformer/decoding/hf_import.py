@@ -36,8 +36,15 @@ from transformer.errors import UserError
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}  # HF's name -> ours
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
-REQUIRED = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
-            "max_position_embeddings")  # fmt: skip
+REQUIRED = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "encoder_ffn_dim",
+    "max_position_embeddings",
+)
 
 
 def _read_json(path: Path) -> dict:
@@ -75,8 +82,11 @@ def read_marian_config(folder: Path) -> dict:
     act = c.get("activation_function", "gelu")
     _need(act in ACTIVATIONS, f"{folder}: activation_function {act!r} has no equivalent here (relu, gelu, swish)")
     shared = c.get("share_encoder_decoder_embeddings", True)
-    _need(shared, f"{folder}: separate encoder and decoder embeddings (share_encoder_decoder_embeddings false) "
-                  "are not supported by the importer")  # fmt: skip
+    _need(
+        shared,
+        f"{folder}: separate encoder and decoder embeddings (share_encoder_decoder_embeddings false) "
+        "are not supported by the importer",
+    )
     decoder_vocab = c.get("decoder_vocab_size") or c["vocab_size"]
     _need(decoder_vocab == c["vocab_size"], f"{folder}: decoder_vocab_size {decoder_vocab} != vocab_size")
     for flag in ("normalize_before", "add_final_layer_norm", "normalize_embedding"):
@@ -123,21 +133,39 @@ def _generation(folder: Path, c: dict) -> dict:
     get = lambda key, default: g.get(key, c.get(key, default))  # noqa: E731
     max_length = get("max_new_tokens", None) or get("max_length", 20) - 1  # HF counts the decoder start
     beams = get("num_beams", 1)
-    return dict(beam_size=beams, length_penalty="fairseq", alpha=float(get("length_penalty", 1.0)), max_len_a=0.0,
-                max_len_b=int(max_length), min_len=int(get("min_length", 0)), nbest=1)  # fmt: skip
+    return dict(
+        beam_size=beams,
+        length_penalty="fairseq",
+        alpha=float(get("length_penalty", 1.0)),
+        max_len_a=0.0,
+        max_len_b=int(max_length),
+        min_len=int(get("min_length", 0)),
+        nbest=1,
+    )
 
 
 def _config(folder: Path, c: dict, weights: dict):
     bias = weights.get("final_logits_bias", torch.zeros(1, c["vocab_size"]))
     tied = c.get("tie_word_embeddings", True)
     model = dict(
-        d_model=c["d_model"], n_heads=c["encoder_attention_heads"], d_ff=c["encoder_ffn_dim"],
-        n_encoder_layers=c["encoder_layers"], n_decoder_layers=c["decoder_layers"], dropout=c.get("dropout", 0.1),
-        attention_dropout=c.get("attention_dropout", 0.0), activation_dropout=c.get("activation_dropout", 0.0),
-        activation=ACTIVATIONS[c.get("activation_function", "gelu")], norm_first=False, layer_norm_eps=1e-5,
-        positional="sinusoidal", max_positions=c["max_position_embeddings"], share_embeddings=True, tie_output=tied,
-        scale_embedding=bool(c.get("scale_embedding", False)), output_bias=bool(bias.abs().max() > 0),
-    )  # fmt: skip
+        d_model=c["d_model"],
+        n_heads=c["encoder_attention_heads"],
+        d_ff=c["encoder_ffn_dim"],
+        n_encoder_layers=c["encoder_layers"],
+        n_decoder_layers=c["decoder_layers"],
+        dropout=c.get("dropout", 0.1),
+        attention_dropout=c.get("attention_dropout", 0.0),
+        activation_dropout=c.get("activation_dropout", 0.0),
+        activation=ACTIVATIONS[c.get("activation_function", "gelu")],
+        norm_first=False,
+        layer_norm_eps=1e-5,
+        positional="sinusoidal",
+        max_positions=c["max_position_embeddings"],
+        share_embeddings=True,
+        tie_output=tied,
+        scale_embedding=bool(c.get("scale_embedding", False)),
+        output_bias=bool(bias.abs().max() > 0),
+    )
     t = _read_json(folder / "tokenizer_config.json")
     src, tgt = t.get("source_lang") or "src", t.get("target_lang") or "tgt"
     data = dict(src_lang=src, tgt_lang=tgt if tgt != src else f"{tgt}-target", joint_vocab=True)
@@ -154,8 +182,9 @@ def read_tokenizer(folder: Path, c: dict) -> tuple[Tokenizer, list[int]]:
     order, bos_id = id_order(c, vocab, folder)
     pieces = {i: p for p, i in vocab.items()}
     table = [pieces[i] for i in order]
-    return Tokenizer((folder / "source.spm").read_bytes(), (folder / "target.spm").read_bytes(),
-                     table=table, bos_id=bos_id), order  # fmt: skip
+    return Tokenizer(
+        (folder / "source.spm").read_bytes(), (folder / "target.spm").read_bytes(), table=table, bos_id=bos_id
+    ), order
 
 
 def _attention(attn, weights: dict, p: str, cols, rows) -> None:
@@ -189,8 +218,10 @@ def _check_positions(weights: dict, c: dict, folder: str) -> None:
         saved = weights.get(f"model.{name}.embed_positions.weight")
         if saved is not None:
             ours = sinusoid_table(L, D)[:, hf_permutation(D)]
-            _need(saved.shape == ours.shape and torch.allclose(saved.float(), ours, atol=1e-4),
-                  f"{folder}: {name}.embed_positions is not Marian's sinusoid table; cannot import it")  # fmt: skip
+            _need(
+                saved.shape == ours.shape and torch.allclose(saved.float(), ours, atol=1e-4),
+                f"{folder}: {name}.embed_positions is not Marian's sinusoid table; cannot import it",
+            )
 
 
 def load_marian_weights(model, weights: dict, order: torch.Tensor, c: dict, folder: str) -> None:
@@ -235,8 +266,13 @@ def load_marian_weights(model, weights: dict, order: torch.Tensor, c: dict, fold
 
 def _names(model, c: dict) -> set[str]:
     """The HF names `load_marian_weights` reads (the rest would be lost)."""
-    names = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-             "lm_head.weight", "final_logits_bias"}  # fmt: skip
+    names = {
+        "model.shared.weight",
+        "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight",
+        "lm_head.weight",
+        "final_logits_bias",
+    }
     blocks = {"encoder": ["self_attn"], "decoder": ["self_attn", "encoder_attn"]}
     for name, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
         for i in range(len(stack.layers)):
@@ -268,5 +304,7 @@ def import_checkpoint(folder: str | Path, output: str | Path) -> str:
     state = import_marian(folder)
     save_checkpoint(state, output)
     m = state["config"]["model"]
-    return (f"Marian {m['n_encoder_layers']}+{m['n_decoder_layers']} layers, d_model {m['d_model']}, "
-            f"{m['activation']}, vocabulary {state['vocab']['tgt']}")  # fmt: skip
+    return (
+        f"Marian {m['n_encoder_layers']}+{m['n_decoder_layers']} layers, d_model {m['d_model']}, "
+        f"{m['activation']}, vocabulary {state['vocab']['tgt']}"
+    )

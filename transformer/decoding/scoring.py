@@ -70,9 +70,13 @@ def totals(scores: Sequence[Score]) -> dict[str, Any]:
     log_prob = sum(s.log_prob for s in scores)
     nll = -log_prob / tokens if tokens else math.nan
     return {
-        "sentences": len(scores), "scored": sum(1 for s in scores if s.tokens), "tokens": tokens,
-        "log_prob": log_prob, "nll": nll, "ppl": _exp(nll) if tokens else math.nan,
-    }  # fmt: skip
+        "sentences": len(scores),
+        "scored": sum(1 for s in scores if s.tokens),
+        "tokens": tokens,
+        "log_prob": log_prob,
+        "nll": nll,
+        "ppl": _exp(nll) if tokens else math.nan,
+    }
 
 
 @torch.inference_mode()
@@ -90,9 +94,16 @@ def target_log_probs(model, batch: Batch, *, precision: str) -> torch.Tensor:
 
 
 def score_ids(
-    model, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, max_tokens: int,
-    device: torch.device, precision: str, progress: Callable[[int], Any] | None = None, bos_id: int = BOS_ID,
-) -> list[Score]:  # fmt: skip
+    model,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    *,
+    max_tokens: int,
+    device: torch.device,
+    precision: str,
+    progress: Callable[[int], Any] | None = None,
+    bos_id: int = BOS_ID,
+) -> list[Score]:
     """Sources as `encode_src` gives them (pieces + EOS), targets as `encode_tgt` does (pieces) -> one `Score`
     each, in input order. No truncation here: each side must fit the model's positions."""
     if not sources:
@@ -123,9 +134,16 @@ def _truncate(ids: list[int], limit: int, line: int, side: str) -> list[int]:
 
 
 def score_texts(
-    model, tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_tokens: int, device: torch.device,
-    precision: str, progress: Callable[[int], Any] | None = None,
-) -> list[Score]:  # fmt: skip
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    *,
+    max_tokens: int,
+    device: torch.device,
+    precision: str,
+    progress: Callable[[int], Any] | None = None,
+) -> list[Score]:
     """Source and target sentences, line-aligned -> one `Score` per pair, in input order (see the module
     docstring for empty and over-long lines). `progress` is called with the number of pairs each batch finished."""
     if len(sources) != len(targets):
@@ -134,13 +152,25 @@ def score_texts(
     if progress and len(todo) < len(sources):
         progress(len(sources) - len(todo))
     limit = model.max_positions
-    src = [_truncate(ids, limit, i + 1, "source")
-           for i, ids in zip(todo, tokenizer.encode_src([sources[i].strip() for i in todo]))]  # fmt: skip
-    tgt = [_truncate(ids, limit - 1, i + 1, "target")
-           for i, ids in zip(todo, tokenizer.encode_tgt([targets[i].strip() for i in todo]))]  # fmt: skip
+    src = [
+        _truncate(ids, limit, i + 1, "source")
+        for i, ids in zip(todo, tokenizer.encode_src([sources[i].strip() for i in todo]))
+    ]
+    tgt = [
+        _truncate(ids, limit - 1, i + 1, "target")
+        for i, ids in zip(todo, tokenizer.encode_tgt([targets[i].strip() for i in todo]))
+    ]
     scores = [Score(0.0, 0) for _ in sources]
-    found = score_ids(model, src, tgt, max_tokens=max_tokens, device=device, precision=precision, progress=progress,
-                      bos_id=tokenizer.bos_id)  # fmt: skip
+    found = score_ids(
+        model,
+        src,
+        tgt,
+        max_tokens=max_tokens,
+        device=device,
+        precision=precision,
+        progress=progress,
+        bos_id=tokenizer.bos_id,
+    )
     for i, score in zip(todo, found):
         scores[i] = score
     return scores

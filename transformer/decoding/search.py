@@ -113,9 +113,19 @@ def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
 
 
 def _decode_rows(
-    model, src, src_mask, choose: Callable, *, bos_id, eos_id, max_len_a, max_len_b, min_len, controls: Controls,
+    model,
+    src,
+    src_mask,
+    choose: Callable,
+    *,
+    bos_id,
+    eos_id,
+    max_len_a,
+    max_len_b,
+    min_len,
+    controls: Controls,
     drop_finished=False,
-):  # fmt: skip
+):
     """One hypothesis per row: extend each with `choose(log_probs (B, V)) -> (B,)` until EOS or its max length.
 
     drop_finished: finished rows leave the batch (and the cache) at the next step, as done sentences do in beam
@@ -162,9 +172,17 @@ def _collect(done: dict[int, Hypothesis], rows, tokens, lengths, log_prob) -> No
 
 @torch.inference_mode()
 def greedy_decode(
-    model, src, src_mask, *, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int, min_len: int,
+    model,
+    src,
+    src_mask,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
     controls: Controls | None = None,
-) -> list[Hypothesis]:  # fmt: skip
+) -> list[Hypothesis]:
     """Argmax at every step. src (B, S) long, src_mask (B, 1, 1, S) bool -> B hypotheses, in input order."""
     lengths = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, controls=controls or Controls())
     choose = lambda log_probs: log_probs.argmax(dim=-1)  # (B, V) -> (B,)
@@ -188,10 +206,22 @@ def filter_logits(log_probs: torch.Tensor, *, temperature: float, top_k: int, to
 
 @torch.inference_mode()
 def sample(
-    model, src, src_mask, *, bos_id: int, eos_id: int, temperature: float, top_k: int, top_p: float,
-    num_samples: int, max_len_a: float, max_len_b: int, min_len: int, generator: torch.Generator | None = None,
+    model,
+    src,
+    src_mask,
+    *,
+    bos_id: int,
+    eos_id: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    num_samples: int,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
+    generator: torch.Generator | None = None,
     controls: Controls | None = None,
-) -> list[list[Hypothesis]]:  # fmt: skip
+) -> list[list[Hypothesis]]:
     """Ancestral sampling (not in the paper). `generator` lives on src's device and makes it reproducible.
 
     src (B, S) long, src_mask (B, 1, 1, S) bool -> B lists of `num_samples` hypotheses, best score first.
@@ -314,9 +344,21 @@ def _move(movers: tuple, state: _BeamState, rows: torch.Tensor) -> None:
 
 @torch.inference_mode()
 def beam_search(
-    model, src, src_mask, *, bos_id: int, eos_id: int, beam_size: int, alpha: float, length_penalty: str,
-    max_len_a: float, max_len_b: int, min_len: int, nbest: int, controls: Controls | None = None,
-) -> list[list[Hypothesis]]:  # fmt: skip
+    model,
+    src,
+    src_mask,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int,
+    alpha: float,
+    length_penalty: str,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
+    nbest: int,
+    controls: Controls | None = None,
+) -> list[list[Hypothesis]]:
     """Batched beam search with the KV cache (see the module docstring for the exact rules).
 
     src (B, S) long, src_mask (B, 1, 1, S) bool -> B lists of up to `nbest` hypotheses, best score first.
@@ -348,9 +390,16 @@ def beam_search(
 
 
 def generate(
-    model, src, src_mask, decode: DecodeConfig, *, bos_id: int, eos_id: int, generator: torch.Generator | None = None,
+    model,
+    src,
+    src_mask,
+    decode: DecodeConfig,
+    *,
+    bos_id: int,
+    eos_id: int,
+    generator: torch.Generator | None = None,
     controls: Sequence = (),
-) -> list[list[Hypothesis]]:  # fmt: skip
+) -> list[list[Hypothesis]]:
     """The one dispatcher: `decode.search` picks sampling, greedy or beam search. -> B lists, best first.
 
     controls: the batch's search controls (controls.py, constraints.py), besides `decode.no_repeat_ngram_size`'s.
@@ -361,12 +410,27 @@ def generate(
     ids = dict(bos_id=bos_id, eos_id=eos_id)
     if decode.search == "sampling":
         return sample(
-            model, src, src_mask, temperature=decode.temperature, top_k=decode.top_k, top_p=decode.top_p,
-            num_samples=decode.nbest, generator=generator, **ids, **lengths,
-        )  # fmt: skip
+            model,
+            src,
+            src_mask,
+            temperature=decode.temperature,
+            top_k=decode.top_k,
+            top_p=decode.top_p,
+            num_samples=decode.nbest,
+            generator=generator,
+            **ids,
+            **lengths,
+        )
     if decode.search == "greedy":
         return [[hyp] for hyp in greedy_decode(model, src, src_mask, **ids, **lengths)]
     return beam_search(
-        model, src, src_mask, beam_size=decode.beam_size, alpha=decode.alpha, length_penalty=decode.length_penalty,
-        nbest=decode.nbest, **ids, **lengths,
-    )  # fmt: skip
+        model,
+        src,
+        src_mask,
+        beam_size=decode.beam_size,
+        alpha=decode.alpha,
+        length_penalty=decode.length_penalty,
+        nbest=decode.nbest,
+        **ids,
+        **lengths,
+    )

@@ -76,13 +76,22 @@ def _contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
 def _feasible(steering: Steering, limit: int, number: int) -> list[list[int]]:
     """The phrases to decode with (all, or none with a warning when they cannot fit `limit` output pieces)."""
     if len(steering.prefix) > limit:
-        log.warning("line %d: the prefix has %d pieces, more than the maximum output length %d: cut there "
-                    "(raise --max-len-b)", number, len(steering.prefix), limit)  # fmt: skip
+        log.warning(
+            "line %d: the prefix has %d pieces, more than the maximum output length %d: cut there (raise --max-len-b)",
+            number,
+            len(steering.prefix),
+            limit,
+        )
     missing = [p for p in steering.phrases if not _contains(steering.prefix, p)]
     need = len(steering.prefix) + sum(len(p) for p in missing)
     if missing and need > limit:
-        log.warning("line %d: the constraints need %d output pieces (with the prefix), the maximum output length is "
-                    "%d: decoded without them (raise --max-len-b)", number, need, limit)  # fmt: skip
+        log.warning(
+            "line %d: the constraints need %d output pieces (with the prefix), the maximum output length is "
+            "%d: decoded without them (raise --max-len-b)",
+            number,
+            need,
+            limit,
+        )
         return []
     return steering.phrases
 
@@ -108,5 +117,8 @@ def report_unmet(hypotheses: Sequence[Sequence], controls: Sequence, numbers: Se
         return
     for hyps, phrases, number in zip(hypotheses, constraints.sets, numbers):
         if hyps and not all(_contains(hyps[0].tokens, p) for p in phrases.phrases):
-            log.warning("line %d: the search reached the maximum output length before meeting every constraint "
-                        "(raise --max-len-b or --beam)", number)  # fmt: skip
+            log.warning(
+                "line %d: the search reached the maximum output length before meeting every constraint "
+                "(raise --max-len-b or --beam)",
+                number,
+            )

@@ -64,9 +64,15 @@ class Translator:
     result list per line; `score(sources, targets)` scores given translations."""
 
     def __init__(
-        self, model, tokenizer, decode: DecodeConfig, device: str | torch.device = "cpu", precision: str | None = None,
-        *, seed: int = 1,
-    ) -> None:  # fmt: skip
+        self,
+        model,
+        tokenizer,
+        decode: DecodeConfig,
+        device: str | torch.device = "cpu",
+        precision: str | None = None,
+        *,
+        seed: int = 1,
+    ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda":
             avoid_cudnn_attention()
@@ -80,10 +86,17 @@ class Translator:
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
 
     def translate(
-        self, lines: Iterable[str], *, chunk_lines: int = CHUNK_LINES, progress: Callable[[int], Any] | None = None,
-        alignment: bool = False, alignment_layer: int | None = None, prefix: Iterable[str] | None = None,
-        constraints: Iterable[Sequence[str]] | None = None, replace_unk: bool = False,
-    ) -> Iterator[list[Translation]]:  # fmt: skip
+        self,
+        lines: Iterable[str],
+        *,
+        chunk_lines: int = CHUNK_LINES,
+        progress: Callable[[int], Any] | None = None,
+        alignment: bool = False,
+        alignment_layer: int | None = None,
+        prefix: Iterable[str] | None = None,
+        constraints: Iterable[Sequence[str]] | None = None,
+        replace_unk: bool = False,
+    ) -> Iterator[list[Translation]]:
         """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
 
         progress: called with the number of sentences each decoded batch finished, as they finish (a progress bar's
@@ -111,8 +124,16 @@ class Translator:
         self, sources: Sequence[str], targets: Sequence[str], *, progress: Callable[[int], Any] | None = None
     ) -> list[Score]:
         """Each target's log-probability given its source under teacher forcing (scoring.py), in input order."""
-        return score_texts(self.model, self.tokenizer, sources, targets, max_tokens=self.settings.max_tokens,
-                           device=self.device, precision=self.precision, progress=progress)  # fmt: skip
+        return score_texts(
+            self.model,
+            self.tokenizer,
+            sources,
+            targets,
+            max_tokens=self.settings.max_tokens,
+            device=self.device,
+            precision=self.precision,
+            progress=progress,
+        )
 
     def _translate_chunk(self, items: list, first_line: int, progress: Callable, options) -> list[list[Translation]]:
         """items: (line, Steering or None); options: (alignment layer or None, replace_unk)."""
@@ -135,17 +156,21 @@ class Translator:
             batch = order[start:end].tolist()
             lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]
             for settings, group in _search_groups(self.settings, lines):  # those with constraints: a wider beam
-                found = self._translate_batch([encoded[batch[g]] for g in group], layer, [lines[g] for g in group],
-                                              settings)  # fmt: skip
+                found = self._translate_batch(
+                    [encoded[batch[g]] for g in group], layer, [lines[g] for g in group], settings
+                )
                 for g, translations in zip(group, found):
                     results[todo[batch[g]]] = translations
             progress(len(batch))
         return results
 
     def _translate_batch(
-        self, sources: list[list[int]], layer: int | None = None, lines: list[_Line] | None = None,
+        self,
+        sources: list[list[int]],
+        layer: int | None = None,
+        lines: list[_Line] | None = None,
         settings: DecodeConfig | None = None,
-    ) -> list[list[Translation]]:  # fmt: skip
+    ) -> list[list[Translation]]:
         """Source ids (each ending in EOS) -> per sentence, its hypotheses as `Translation`s, with their word
         alignments from decoder layer `layer` unless it is None; lines: the sentences' line numbers, prefixes and
         constraints, and (for replace_unk) their source pieces' characters; settings: the search's (by default the
@@ -158,14 +183,23 @@ class Translator:
         with autocast(self.precision, self.device):
             try:
                 controls = _controls(self.model, settings, src_mask, lines)
-                hypotheses = generate(self.model, src, src_mask, settings, bos_id=self.tokenizer.bos_id,
-                                      eos_id=EOS_ID, generator=self.generator, controls=controls)  # fmt: skip
+                hypotheses = generate(
+                    self.model,
+                    src,
+                    src_mask,
+                    settings,
+                    bos_id=self.tokenizer.bos_id,
+                    eos_id=EOS_ID,
+                    generator=self.generator,
+                    controls=controls,
+                )
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
                 texts = self.tokenizer.decode_tgt([tokens for _, tokens in flat])
                 if lines[0].surfaces is not None:
-                    texts = restore_unknown(members(self.model)[0], self.tokenizer, src, flat, texts,
-                                            [line.surfaces for line in lines])  # fmt: skip
+                    texts = restore_unknown(
+                        members(self.model)[0], self.tokenizer, src, flat, texts, [line.surfaces for line in lines]
+                    )
             except OutOfMemoryError as exc:
                 raise _out_of_memory(settings, exc, sentences=B, length=S) from None
         if controls:
@@ -233,8 +267,9 @@ def _out_of_memory(settings: DecodeConfig, exc: BaseException, *, sentences: int
     limit = settings.max_tokens
     if sentences == 1:  # no smaller batch to make
         return out_of_memory(exc, what, "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu")
-    return out_of_memory(exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens "
-                         f"{limit // 2}")  # fmt: skip
+    return out_of_memory(
+        exc, what, f"lower --max-tokens (decode.max_tokens, now {limit}), e.g. --max-tokens {limit // 2}"
+    )
 
 
 def with_settings(translator: Translator, decode: DecodeConfig, *, seed: int = 1) -> Translator:

@@ -45,9 +45,18 @@ class _SublayerConnection(nn.Module):
     cross_attention = False
 
     def __init__(
-        self, *, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-        activation_dropout: float, activation: str, norm_first: bool, eps: float,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        eps: float,
+    ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first

@@ -105,11 +105,29 @@ class Transformer(nn.Module):
     """Encoder-decoder with (optionally) one embedding matrix shared by source, target and the output layer."""
 
     def __init__(
-        self, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, d_model: int, n_heads: int, d_ff: int,
-        n_encoder_layers: int, n_decoder_layers: int, dropout: float, attention_dropout: float,
-        activation_dropout: float, activation: str, norm_first: bool, layer_norm_eps: float, positional: str,
-        max_positions: int, share_embeddings: bool, tie_output: bool, scale_embedding: bool, output_bias: bool,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        n_encoder_layers: int,
+        n_decoder_layers: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        layer_norm_eps: float,
+        positional: str,
+        max_positions: int,
+        share_embeddings: bool,
+        tie_output: bool,
+        scale_embedding: bool,
+        output_bias: bool,
+    ) -> None:
         """Every setting is required here: ModelConfig (config/sections.py) holds the defaults; see `from_config`."""
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -120,17 +138,28 @@ class Transformer(nn.Module):
         src_embedding = TokenEmbedding(vocab_size=src_vocab_size, **embedding)
         tgt_embedding = src_embedding if share_embeddings else TokenEmbedding(vocab_size=tgt_vocab_size, **embedding)
         stack = dict(
-            dropout=dropout, norm_first=norm_first, eps=layer_norm_eps, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-            attention_dropout=attention_dropout, activation_dropout=activation_dropout, activation=activation,
-        )  # fmt: skip
+            dropout=dropout,
+            norm_first=norm_first,
+            eps=layer_norm_eps,
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+        )
         self.encoder = Encoder(
-            embedding=src_embedding, positional=_positional(positional, d_model, max_positions),
-            n_layers=n_encoder_layers, **stack,
-        )  # fmt: skip
+            embedding=src_embedding,
+            positional=_positional(positional, d_model, max_positions),
+            n_layers=n_encoder_layers,
+            **stack,
+        )
         self.decoder = Decoder(
-            embedding=tgt_embedding, positional=_positional(positional, d_model, max_positions),
-            n_layers=n_decoder_layers, **stack,
-        )  # fmt: skip
+            embedding=tgt_embedding,
+            positional=_positional(positional, d_model, max_positions),
+            n_layers=n_decoder_layers,
+            **stack,
+        )
         self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)  # bias: imported models only
         self._init_projections()
         if tie_output:
@@ -165,9 +194,14 @@ class Transformer(nn.Module):
         return self.output_proj(self.decoder(tgt_in, memory, src_mask))
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, *, positions: torch.Tensor | None = None, project: bool = True,
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        positions: torch.Tensor | None = None,
+        project: bool = True,
         return_attention: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, AttentionWeights]:  # fmt: skip
+    ) -> torch.Tensor | tuple[torch.Tensor, AttentionWeights]:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V); padding is read from `pad_id`.
 
         positions (N,) long, flat indices into the B*T target positions: only those, as rows (N, V) (training

@@ -41,8 +41,9 @@ class Service:
 
     def __init__(self, engine: Engine, serve: ServeConfig, keys: frozenset[str] | None) -> None:
         self.engine, self.serve, self.keys, self.metrics = engine, serve, keys, Metrics()
-        self.batcher = Batcher(engine.decode, wait_s=serve.batch_wait_ms / 1000, max_tokens=serve.batch_tokens,
-                               capacity=serve.queue_lines)  # fmt: skip
+        self.batcher = Batcher(
+            engine.decode, wait_s=serve.batch_wait_ms / 1000, max_tokens=serve.batch_tokens, capacity=serve.queue_lines
+        )
         self.limits = dict(max_lines=serve.max_lines, max_chars=serve.max_chars, max_beam=serve.max_beam)
 
     async def fields(self, request: Request) -> dict:
@@ -61,11 +62,15 @@ class Service:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         tokens = self.engine.count_tokens(lines)
-        job = Job(lines, settings, tokens, lambda value: loop.call_soon_threadsafe(_settle, future, value),
-                  controls or {})  # fmt: skip
+        job = Job(
+            lines, settings, tokens, lambda value: loop.call_soon_threadsafe(_settle, future, value), controls or {}
+        )
         if not self.batcher.submit(job):
-            raise ApiError(503, f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later",
-                           {"Retry-After": str(self.serve.retry_after_s)})  # fmt: skip
+            raise ApiError(
+                503,
+                f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later",
+                {"Retry-After": str(self.serve.retry_after_s)},
+            )
         try:
             results = await future
         except UserError as exc:
@@ -109,20 +114,26 @@ async def frontend_settings(request: Request) -> dict:
     service = _service(request)
     source, target = service.engine.languages
     return {
-        "charLimit": service.serve.max_chars, "apiKeys": service.keys is not None,
-        "keyRequired": service.keys is not None, "suggestions": False, "supportedFilesFormat": [],
+        "charLimit": service.serve.max_chars,
+        "apiKeys": service.keys is not None,
+        "keyRequired": service.keys is not None,
+        "suggestions": False,
+        "supportedFilesFormat": [],
         "alignments": service.engine.attends,
-        "language": {"source": {"code": source, "name": NAMES.get(source, source)},
-                     "target": {"code": target, "name": NAMES.get(target, target)}},
-    }  # fmt: skip
+        "language": {
+            "source": {"code": source, "name": NAMES.get(source, source)},
+            "target": {"code": target, "name": NAMES.get(target, target)},
+        },
+    }
 
 
 @router.post("/translate")
 async def translate(request: Request) -> dict:
     service = _service(request)
     fields = await service.fields(request)
-    plan = plan_translate(fields, service.engine.languages, beam_size=service.engine.defaults.beam_size,
-                          **service.limits)  # fmt: skip
+    plan = plan_translate(
+        fields, service.engine.languages, beam_size=service.engine.defaults.beam_size, **service.limits
+    )
     return plan.answer(await service.decode(plan.lines, plan.settings))
 
 
@@ -131,9 +142,12 @@ async def translate_native(request: Request) -> dict:
     service, serve = _service(request), _service(request).serve
     fields = await service.fields(request)
     lines, settings, controls = plan_native(
-        fields, service.engine.defaults, max_len_a=serve.max_len_a,
-        max_len_b=serve.max_len_b, **service.limits,
-    )  # fmt: skip
+        fields,
+        service.engine.defaults,
+        max_len_a=serve.max_len_a,
+        max_len_b=serve.max_len_b,
+        **service.limits,
+    )
     return hypotheses(await service.decode(lines, settings, controls), settings.alignment)
 
 

@@ -38,9 +38,13 @@ class Batcher:
     """A bounded queue of jobs and the thread that decodes them with `decode(key, lines, controls) -> results`."""
 
     def __init__(
-        self, decode: Callable[[Hashable, list[str], dict[str, list]], list], *, wait_s: float, max_tokens: int,
+        self,
+        decode: Callable[[Hashable, list[str], dict[str, list]], list],
+        *,
+        wait_s: float,
+        max_tokens: int,
         capacity: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.decode, self.wait_s, self.max_tokens, self.capacity = decode, wait_s, max_tokens, capacity
         self._jobs: deque[Job] = deque()
         self._waiting_tokens = 0

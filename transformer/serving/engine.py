@@ -59,9 +59,13 @@ class Engine:
         translator = self._variant(settings.decode)
         with self.lock:
             return translator.translate(
-                lines, nbest=settings.nbest, alignment=settings.alignment,
-                alignment_layer=settings.alignment_layer, **controls, **dict(settings.options),
-            )  # fmt: skip
+                lines,
+                nbest=settings.nbest,
+                alignment=settings.alignment,
+                alignment_layer=settings.alignment_layer,
+                **controls,
+                **dict(settings.options),
+            )
 
     def _variant(self, decode: tuple[tuple[str, Any], ...]):
         if decode not in self._variants:

@@ -20,11 +20,32 @@ from transformer.serving.html_text import join_html, split_html, text_of
 from transformer.serving.requests import ApiError, check_lines, short
 
 NAMES = {  # ISO 639-1 code -> English name, for /languages; other codes are named by themselves
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
-    "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "it": "Italian",
-    "ja": "Japanese", "ko": "Korean", "la": "Latin", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
-    "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}  # fmt: skip
+    "ar": "Arabic",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "es": "Spanish",
+    "fi": "Finnish",
+    "fr": "French",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "la": "Latin",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sv": "Swedish",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "zh": "Chinese",
+}
 
 
 def languages(source: str, target: str) -> list[dict]:
@@ -44,8 +65,9 @@ class Plan:
     answer: Callable[[list[list]], dict]
 
 
-def plan_translate(fields: dict, language_pair: tuple[str, str], *, max_lines: int, max_chars: int,
-                   max_beam: int, beam_size: int) -> Plan:  # fmt: skip
+def plan_translate(
+    fields: dict, language_pair: tuple[str, str], *, max_lines: int, max_chars: int, max_beam: int, beam_size: int
+) -> Plan:
     """Check a /translate request's fields (LibreTranslate's errors) and plan its decoding."""
     items, text_format = _checked(fields, language_pair)
     single, source = isinstance(fields["q"], str), fields["source"]

@@ -101,8 +101,16 @@ def _options(fields: dict) -> tuple[tuple[str, bool], ...]:
     return tuple(options)
 
 
-def plan_native(fields: dict, defaults: DecodeConfig, *, max_lines: int, max_chars: int, max_beam: int,
-                max_len_a: float, max_len_b: int) -> tuple[list[str], Settings, dict[str, list]]:  # fmt: skip
+def plan_native(
+    fields: dict,
+    defaults: DecodeConfig,
+    *,
+    max_lines: int,
+    max_chars: int,
+    max_beam: int,
+    max_len_a: float,
+    max_len_b: int,
+) -> tuple[list[str], Settings, dict[str, list]]:
     """(lines, settings, per-line controls) of a native request, or the 400 naming its first problem."""
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
@@ -120,8 +128,14 @@ def plan_native(fields: dict, defaults: DecodeConfig, *, max_lines: int, max_cha
         integer_field(layer, "alignment_layer", -64, 63)
     controls = _controls(fields, len(lines), isinstance(fields["q"], str))
     decode = tuple(sorted(search.items()))
-    settings = Settings(decode=decode, nbest=nbest, alignment=alignment, alignment_layer=layer,
-                        controls=tuple(sorted(controls)), options=_options(fields))  # fmt: skip
+    settings = Settings(
+        decode=decode,
+        nbest=nbest,
+        alignment=alignment,
+        alignment_layer=layer,
+        controls=tuple(sorted(controls)),
+        options=_options(fields),
+    )
     return lines, settings, controls
 
 

@@ -88,8 +88,9 @@ async def parse_multipart(headers: Mapping[str, str], body: bytes) -> dict[str, 
     async def stream() -> AsyncIterator[bytes]:
         yield body
 
-    parser = MultiPartParser(Headers(headers=dict(headers)), stream(), max_files=0, max_fields=MAX_FIELDS,
-                             max_part_size=len(body) + 1)  # fmt: skip
+    parser = MultiPartParser(
+        Headers(headers=dict(headers)), stream(), max_files=0, max_fields=MAX_FIELDS, max_part_size=len(body) + 1
+    )
     try:
         form = await parser.parse()
     except Exception as exc:  # the parser's own errors and malformed headers alike: the client's body is at fault
@@ -114,20 +115,29 @@ async def request_fields(headers: Mapping[str, str], query: str, stream: AsyncIt
     if kind == MULTIPART_TYPE:
         return {**fields, **await parse_multipart(headers, body)}
     if body.strip():
-        raise ApiError(400, f"Invalid request: unsupported Content-Type {kind or '(none)'!r}; send JSON, "
-                       "application/x-www-form-urlencoded or multipart/form-data")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid request: unsupported Content-Type {kind or '(none)'!r}; send JSON, "
+            "application/x-www-form-urlencoded or multipart/form-data",
+        )
     return fields
 
 
 def check_lines(lines: list[str], max_lines: int, max_chars: int) -> None:
     """A request's lines within the server's limits (lines per request, characters per line), else a 400."""
     if len(lines) > max_lines:
-        raise ApiError(400, f"Invalid request: request ({len(lines)} lines) exceeds text limit ({max_lines} lines "
-                       "per request, --max-lines)")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid request: request ({len(lines)} lines) exceeds text limit ({max_lines} lines "
+            "per request, --max-lines)",
+        )
     for number, line in enumerate(lines, start=1):
         if len(line) > max_chars:
-            raise ApiError(400, f"Invalid request: line {number} ({len(line)} characters) exceeds text limit "
-                           f"({max_chars} characters per line, --max-chars)")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid request: line {number} ({len(line)} characters) exceeds text limit "
+                f"({max_chars} characters per line, --max-chars)",
+            )
 
 
 def short(value: object, width: int = 40) -> str:

@@ -43,8 +43,14 @@ def bind(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {reason}; choose another --host or --port") from None
 
 
-def serve(checkpoints: list[str], serve_config: ServeConfig, *, keys_file: str | None = None,
-          device: str = "cpu", precision: str | None = None) -> int:  # fmt: skip
+def serve(
+    checkpoints: list[str],
+    serve_config: ServeConfig,
+    *,
+    keys_file: str | None = None,
+    device: str = "cpu",
+    precision: str | None = None,
+) -> int:
     """Load `checkpoints` (several: an ensemble) and serve until SIGTERM or SIGINT; 0 once every request is answered."""
     from transformer.api import Translator
     from transformer.serving.app import create_app
@@ -56,8 +62,13 @@ def serve(checkpoints: list[str], serve_config: ServeConfig, *, keys_file: str |
     app = create_app(Engine(translator), serve_config, keys)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    log.info("serving on http://%s:%d (%s; %s)", shown, port, ", ".join(checkpoints),
-             "API keys required" if keys else "no API keys")  # fmt: skip
+    log.info(
+        "serving on http://%s:%d (%s; %s)",
+        shown,
+        port,
+        ", ".join(checkpoints),
+        "API keys required" if keys else "no API keys",
+    )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False)
     GracefulServer(config).run(sockets=[sock])
     log.info("stopped: every accepted request was answered")

@@ -114,8 +114,16 @@ def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, wa
                 sync(device)
                 start = time.perf_counter()
             micro = [collate(*next(batches)).to(device) for _ in range(accumulation)]
-            optim.train_update(model, micro, optimizer, lr=optim.learning_rate(i + 1, cfg, config.model), train=cfg,
-                               precision=precision, scaler=scaler, pad_id=PAD_ID)  # fmt: skip
+            optim.train_update(
+                model,
+                micro,
+                optimizer,
+                lr=optim.learning_rate(i + 1, cfg, config.model),
+                train=cfg,
+                precision=precision,
+                scaler=scaler,
+                pad_id=PAD_ID,
+            )
             if i >= warmup and (i - warmup) % updates == updates - 1:
                 sync(device)
                 rates.append(updates / (time.perf_counter() - start))

@@ -112,7 +112,11 @@ def restore_rng_states(checkpoint: dict[str, Any], rank: int, world: int) -> Non
     """This rank's states from a checkpoint; rank 0's (with a warning) when it was saved by another world size."""
     states = checkpoint.get("rng_ranks") or [checkpoint["rng"]]
     if len(states) != world:
-        log.warning("the checkpoint holds random states for %d process(es), this run has %d: each process resumes "
-                    "with rank 0's, so dropout differs from an uninterrupted run", len(states), world)  # fmt: skip
+        log.warning(
+            "the checkpoint holds random states for %d process(es), this run has %d: each process resumes "
+            "with rank 0's, so dropout differs from an uninterrupted run",
+            len(states),
+            world,
+        )
         states = [states[0]] * world
     set_rng_state(states[rank])

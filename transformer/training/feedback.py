@@ -27,8 +27,14 @@ def training_bar(*, max_steps: int, max_time: float, step: int, elapsed: float, 
     if max_steps or not math.isfinite(max_time):
         return tqdm(total=max_steps or None, initial=step, disable=not enabled, unit="upd", dynamic_ncols=True)
     bar_format = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s budget [{elapsed}<{remaining}{postfix}]"
-    bar = tqdm(total=math.ceil(max_time), initial=min(elapsed, max_time), disable=not enabled, unit="s",
-               bar_format=bar_format, dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(
+        total=math.ceil(max_time),
+        initial=min(elapsed, max_time),
+        disable=not enabled,
+        unit="s",
+        bar_format=bar_format,
+        dynamic_ncols=True,
+    )
     bar.set_description_str(f"{step} upd", refresh=False)
     bar.time_budget = True
     return bar
@@ -92,8 +98,12 @@ class RunLog:
     def train(self, record: dict[str, Any], bar: tqdm) -> None:
         """A training record (loss, lr, wpb, tok_s, ...): written, on the bar, and logged when there is no bar."""
         self.write(record)
-        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", wpb=f"{record['wpb']:.0f}",
-                        tok_s=f"{record['tok_s']:.0f}")  # fmt: skip
+        bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            lr=f"{record['lr']:.2e}",
+            wpb=f"{record['wpb']:.0f}",
+            tok_s=f"{record['tok_s']:.0f}",
+        )
         if not self.progress and self.enabled:
             log.info("update %d %s", record["step"], " ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step"))
 

@@ -152,8 +152,9 @@ def train_update(
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     (total_tokens,) = _all_reduce_sum([float(sum(b.n_tgt_tokens for b in micro_batches))], device)
     optimizer.zero_grad(set_to_none=True)
-    loss_sum, nll_sum = _accumulate_gradients(model, micro_batches, world / total_tokens, train=train,
-                                              precision=precision, scaler=scaler, pad_id=pad_id)  # fmt: skip
+    loss_sum, nll_sum = _accumulate_gradients(
+        model, micro_batches, world / total_tokens, train=train, precision=precision, scaler=scaler, pad_id=pad_id
+    )
     if skips_on_device(optimizer, scaler):
         sums = torch.stack([loss_sum, nll_sum]).double()  # (2,) float64, read by nobody until the trainer logs
         if world > 1:
@@ -166,16 +167,23 @@ def train_update(
 
 
 def _accumulate_gradients(
-    model: nn.Module, micro_batches: Sequence, factor: float, *, train: TrainConfig, precision: str,
-    scaler: torch.amp.GradScaler | None, pad_id: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    model: nn.Module,
+    micro_batches: Sequence,
+    factor: float,
+    *,
+    train: TrainConfig,
+    precision: str,
+    scaler: torch.amp.GradScaler | None,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over the micro-batches, each loss scaled by `factor` (W / the update's target tokens)
     before its backward pass; DDP all-reduces on the last one. Returns the summed loss and NLL, () on the device."""
     loss_sum = nll_sum = torch.zeros((), device=micro_batches[0].src.device)
     for i, batch in enumerate(micro_batches):
         with _sync_context(model, last=i == len(micro_batches) - 1):
-            loss, nll = batch_loss(model, batch, precision=precision, epsilon=train.label_smoothing, pad_id=pad_id,
-                                   fused=train.fused_loss)  # fmt: skip
+            loss, nll = batch_loss(
+                model, batch, precision=precision, epsilon=train.label_smoothing, pad_id=pad_id, fused=train.fused_loss
+            )
             scaled = loss * factor
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum, nll_sum = loss_sum + loss.detach(), nll_sum + nll.detach()

@@ -98,8 +98,13 @@ def train_piece(
         config, step=state["step"], elapsed=state["elapsed"], piece_seconds=piece_seconds, piece_updates=piece_updates
     )
     piece = config.replace("train", max_steps=max_steps, max_time=None if max_time == math.inf else f"{max_time}s")
-    log.info("recipe piece %d from update %d (to update %s, %.1f min)", len(state["pieces"]) + 1, state["step"],
-             max_steps or "any", (max_time - state["elapsed"]) / 60)  # fmt: skip
+    log.info(
+        "recipe piece %d from update %d (to update %s, %.1f min)",
+        len(state["pieces"]) + 1,
+        state["step"],
+        max_steps or "any",
+        (max_time - state["elapsed"]) / 60,
+    )
     result = Trainer(piece, resume=bool(state["pieces"]), progress=progress).run(final_validation=False)
     done = recipe_ended(config, result)
     save_every, out_dir = config.train.save_every, Path(config.train.out_dir)
@@ -151,8 +156,7 @@ def train_pieces(
     state = _read_state(out_dir, config)
     ran = 0
     while not state["done"] and (not max_pieces or ran < max_pieces):
-        result = train_piece(config, state, piece_seconds=piece_seconds, piece_updates=piece_updates,
-                             progress=progress)  # fmt: skip
+        result = train_piece(config, state, piece_seconds=piece_seconds, piece_updates=piece_updates, progress=progress)
         state["pieces"].append({k: result[k] for k in ("piece_start_step", "step", "elapsed", "reason")})
         state.update(step=result["step"], elapsed=result["elapsed"], done=result["done"], best=result["best"])
         _write_state(out_dir, state)
@@ -226,20 +230,35 @@ def run_recipe(
     pieces = dict(piece_seconds=piece_seconds, piece_updates=piece_updates, max_pieces=max_pieces, progress=progress)
     state = train_pieces(config, **pieces)
     if not state["done"]:
-        log.info("recipe not finished (update %d, %.1f min): run the same command again to continue",
-                 state["step"], state["elapsed"] / 60)  # fmt: skip
+        log.info(
+            "recipe not finished (update %d, %.1f min): run the same command again to continue",
+            state["step"],
+            state["elapsed"] / 60,
+        )
         return None
     out_dir = Path(config.train.out_dir)
     paths = checkpoints_to_average(out_dir, save_every=config.train.save_every, last=average_last)
     scores, sentences = score_average(config, out_dir, paths)
     record = {
-        "kind": "bleu", "name": name or Path(config_path).stem, "device": device_name(),
-        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "config": str(config_path),
-        "overrides": list(overrides), "command": command, **_training_summary(state),
-        "averaged": [p.name for p in paths], "test_sentences": sentences, "decode": config.to_dict()["decode"],
+        "kind": "bleu",
+        "name": name or Path(config_path).stem,
+        "device": device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        "config": str(config_path),
+        "overrides": list(overrides),
+        "command": command,
+        **_training_summary(state),
+        "averaged": [p.name for p in paths],
+        "test_sentences": sentences,
+        "decode": config.to_dict()["decode"],
         **_test_scores(scores),
-    }  # fmt: skip
+    }
     results = _write_results(record, Path(results_dir))
-    log.info("test BLEU %.2f, chrF %.2f (%s); written to %s", scores["bleu"], scores["chrf"], scores["bleu_signature"],
-             results)  # fmt: skip
+    log.info(
+        "test BLEU %.2f, chrF %.2f (%s); written to %s",
+        scores["bleu"],
+        scores["chrf"],
+        scores["bleu_signature"],
+        results,
+    )
     return record

@@ -130,10 +130,16 @@ def train_batch_plans(config: Config, data) -> list[tuple[np.ndarray, np.ndarray
         data.cache_paths.get(f"train_sampled_{k}" if data.segmentations else "train") for k in range(len(copies))
     ]
     return [
-        batch_plan(folder, split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed,
-                   buckets=cfg.length_buckets)
+        batch_plan(
+            folder,
+            split.src_lengths,
+            split.tgt_lengths,
+            max_tokens=cfg.max_tokens,
+            seed=cfg.seed,
+            buckets=cfg.length_buckets,
+        )
         for folder, split in zip(folders, copies)
-    ]  # fmt: skip
+    ]
 
 
 def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]:
@@ -145,11 +151,17 @@ def make_sampler(config: Config, data, rank: int, world: int) -> tuple[Any, int]
     cfg, copies = config.train, data.segmentations or [data.splits["train"]]
     samplers = [
         TokenBatchSampler(
-            split.src_lengths, split.tgt_lengths, max_tokens=cfg.max_tokens, seed=cfg.seed, rank=rank,
-            world_size=world, buckets=cfg.length_buckets, plan=plan,
+            split.src_lengths,
+            split.tgt_lengths,
+            max_tokens=cfg.max_tokens,
+            seed=cfg.seed,
+            rank=rank,
+            world_size=world,
+            buckets=cfg.length_buckets,
+            plan=plan,
         )
         for split, plan in zip(copies, train_batch_plans(config, data))
-    ]  # fmt: skip
+    ]
     sampling = config.data.subword_sampling
     setting = sampling and f"alpha={sampling.alpha:g} segmentations={sampling.segmentations}"
     sampler = SegmentedBatchSampler(samplers, setting) if data.segmentations else samplers[0]
@@ -170,8 +182,10 @@ def load_checked_weights(model, tokenizer, path: Path) -> dict[str, Any]:
     state = load_checkpoint(path, map_location="cpu")
     check_vocabulary(state, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     if not same_pieces(Tokenizer.from_bytes(state["tokenizer"]), tokenizer):
-        raise UserError(f"{path} was trained with another tokenizer (its pieces differ from the run's, though the "
-                        "sizes agree); train from it with its own: train.init_from or --resume")  # fmt: skip
+        raise UserError(
+            f"{path} was trained with another tokenizer (its pieces differ from the run's, though the "
+            "sizes agree); train from it with its own: train.init_from or --resume"
+        )
     load_weights(model, state["model"], str(path))
     return state
 
@@ -184,8 +198,10 @@ def init_from(run: RunSetup, path: Path, with_optimizer: bool) -> dict[str, Any]
     if not with_optimizer:
         return None
     if "optimizer" not in state:
-        raise UserError(f"train.init_optimizer: {path} holds no optimizer state (an average or best.pt); use a "
-                        "numbered checkpoint or checkpoint_last.pt, or set train.init_optimizer: false")  # fmt: skip
+        raise UserError(
+            f"train.init_optimizer: {path} holds no optimizer state (an average or best.pt); use a "
+            "numbered checkpoint or checkpoint_last.pt, or set train.init_optimizer: false"
+        )
     run.optimizer.load_state_dict(state["optimizer"])
     log.info("fine-tuning from %s with its optimizer state, at update %d", path, state["step"])
     return {"step": state["step"], "progress": {"best": None, "bad_validations": 0, "elapsed": 0.0}}
@@ -231,10 +247,18 @@ def training_state(run: RunSetup, config: Config, *, step: int, sampler: dict, p
     (each rank's RNG states are gathered)."""
     rng = rng_states(run.world)
     return model_state(
-        run.model, config, run.data.tokenizer, step=step, epoch=sampler["epoch"],
-        optimizer=run.optimizer.state_dict(), scaler=run.scaler.state_dict() if run.scaler else None,
-        sampler=sampler, rng=rng[0], rng_ranks=rng, progress=progress,
-    )  # fmt: skip
+        run.model,
+        config,
+        run.data.tokenizer,
+        step=step,
+        epoch=sampler["epoch"],
+        optimizer=run.optimizer.state_dict(),
+        scaler=run.scaler.state_dict() if run.scaler else None,
+        sampler=sampler,
+        rng=rng[0],
+        rng_ranks=rng,
+        progress=progress,
+    )
 
 
 def build_run(config: Config, *, resume: bool | str = False, progress: bool = True) -> RunSetup:
@@ -248,9 +272,11 @@ def build_run(config: Config, *, resume: bool | str = False, progress: bool = Tr
     data = prepare_run_data(config, world, rank == 0, progress and rank == 0, resume)
     sampler, accumulation = make_sampler(config, data, rank, world)
     model = Transformer.from_config(
-        config.model, src_vocab_size=data.tokenizer.src_vocab_size, tgt_vocab_size=data.tokenizer.tgt_vocab_size,
+        config.model,
+        src_vocab_size=data.tokenizer.src_vocab_size,
+        tgt_vocab_size=data.tokenizer.tgt_vocab_size,
         pad_id=PAD_ID,
-    ).to(device)  # fmt: skip
+    ).to(device)
     optimizer = optim.make_optimizer(model, cfg)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     run = RunSetup(rank, world, device, precision, data, sampler, accumulation, model, optimizer, scaler, model, None)

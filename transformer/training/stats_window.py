@@ -82,8 +82,9 @@ class PendingSkips:
         """(skipped, the latest was skipped, longest non-finite run) since the last read: one host-device sync."""
         if not self.count:
             return 0, False, 0
-        values = torch.stack([torch.as_tensor(v, device=self.run.device).long() for v in
-                              (self.skipped, self.last, self.worst, self.run)]).tolist()  # fmt: skip
+        values = torch.stack(
+            [torch.as_tensor(v, device=self.run.device).long() for v in (self.skipped, self.last, self.worst, self.run)]
+        ).tolist()
         skipped, last, worst, run = values
         self.count, self.skipped, self.last, self.run, self.worst = 0, 0, False, run, run
         return skipped, bool(last), worst

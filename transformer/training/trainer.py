@@ -104,8 +104,12 @@ class Trainer:
         restored = run.restored or {"step": 0, "progress": {"best": None, "bad_validations": 0, "elapsed": 0.0}}
         done = restored["progress"]
         self.count = UpdateCount(step=restored["step"], skipped=done.get("skipped", 0), nan_patience=cfg.nan_patience)
-        self.early_stopping = EarlyStopping(patience=cfg.patience, best_metric=cfg.best_metric, best=done["best"],
-                                            bad_validations=done["bad_validations"])  # fmt: skip
+        self.early_stopping = EarlyStopping(
+            patience=cfg.patience,
+            best_metric=cfg.best_metric,
+            best=done["best"],
+            bad_validations=done["bad_validations"],
+        )
         self.start_time, self.elapsed_before = time.time(), done["elapsed"]
         self.sampler_trained: dict | None = None  # the sampler's state after the last batch trained
 
@@ -120,9 +124,18 @@ class Trainer:
         """checkpoint_<step>.pt (full state), checkpoint_last.pt linked to it; keep the last `keep_last`."""
         self.count.settle()
         stopping, sampler = self.early_stopping, self.sampler_trained or self.sampler.state_dict()  # not drawn ahead
-        state = training_state(self.setup, self.config, step=self.step, sampler=sampler, progress={
-            "best": stopping.best, "bad_validations": stopping.bad_validations, "elapsed": self.elapsed(),
-            "skipped": self.count.skipped})  # fmt: skip
+        state = training_state(
+            self.setup,
+            self.config,
+            step=self.step,
+            sampler=sampler,
+            progress={
+                "best": stopping.best,
+                "bad_validations": stopping.bad_validations,
+                "elapsed": self.elapsed(),
+                "skipped": self.count.skipped,
+            },
+        )
         if self.is_main:
             path = save_rotating(state, self.out_dir, step=self.step, keep_last=self.train_cfg.keep_last)
             log.info("saved %s (%s)", path, reason)
@@ -143,12 +156,18 @@ class Trainer:
             save_config(self.config, self.out_dir / "config.yaml")
         with StopConditions(cfg, run.world, run.device) as stops:
             log.info("training %s", describe(run, cfg))
-            self.metrics = RunLog(self.out_dir, enabled=self.is_main, tensorboard=cfg.tensorboard,
-                                  progress=self.progress)  # fmt: skip
+            self.metrics = RunLog(
+                self.out_dir, enabled=self.is_main, tensorboard=cfg.tensorboard, progress=self.progress
+            )
             self.validate = Validator(self.config, run, self.early_stopping, self.metrics.write, progress=self.progress)
             # Log lines (validation) go through tqdm.write, so they never land on the bar's line.
-            bar = training_bar(max_steps=cfg.max_steps, max_time=stops.max_time, step=self.step,
-                               elapsed=self.elapsed(), enabled=self.progress)  # fmt: skip
+            bar = training_bar(
+                max_steps=cfg.max_steps,
+                max_time=stops.max_time,
+                step=self.step,
+                elapsed=self.elapsed(),
+                enabled=self.progress,
+            )
             self.sampler_trained = self.sampler.state_dict()  # from here on the prefetcher's thread moves it
             batches = Prefetcher(train_batches(self.data, self.sampler, cfg), run.device, depth=cfg.prefetch)
             with logging_redirect_tqdm(), bar, batches:
@@ -163,8 +182,13 @@ class Trainer:
         if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self.validate(self.step)
         self.save(reason)
-        final = {"step": self.step, "reason": reason, "best": self.early_stopping.best, "elapsed": self.elapsed(),
-                 "skipped": self.count.skipped}  # fmt: skip
+        final = {
+            "step": self.step,
+            "reason": reason,
+            "best": self.early_stopping.best,
+            "elapsed": self.elapsed(),
+            "skipped": self.count.skipped,
+        }
         if self.is_main:
             plot_run(self.out_dir)
             self.metrics.close()
@@ -206,8 +230,15 @@ class Trainer:
         """Log, advance the bar, validate when due; the stop reason, if any."""
         cfg = self.train_cfg
         if self.step % cfg.log_every == 0:
-            self.metrics.train({"step": self.step, **window.summary(), "lr": self.optimizer.param_groups[0]["lr"],
-                                "elapsed": round(self.elapsed(), 2)}, bar)  # fmt: skip
+            self.metrics.train(
+                {
+                    "step": self.step,
+                    **window.summary(),
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "elapsed": round(self.elapsed(), 2),
+                },
+                bar,
+            )
         advance(bar, self.step, self.elapsed())
         if cfg.valid_every and self.step % cfg.valid_every == 0 and self.validate(self.step):
             return "patience"
@@ -220,9 +251,15 @@ def checked_update(trainer: Trainer, micro_batches: list, lr: float) -> optim.Up
     cfg, run = trainer.train_cfg, trainer.setup
     try:
         return optim.train_update(
-            run.net, micro_batches, trainer.optimizer, lr=lr, train=cfg, precision=run.precision, scaler=run.scaler,
+            run.net,
+            micro_batches,
+            trainer.optimizer,
+            lr=lr,
+            train=cfg,
+            precision=run.precision,
+            scaler=run.scaler,
             pad_id=trainer.model.pad_id,
-        )  # fmt: skip
+        )
     except OutOfMemoryError as exc:
         raise out_of_memory_in_update(exc, micro_batches, cfg, trainer.out_dir) from None
 
@@ -232,8 +269,13 @@ def remove_killed_writes(out_dir: Path) -> None:
     say so in one line."""
     if removed := remove_stale_temporaries(out_dir):
         names = ", ".join(path.name for path, _ in removed)
-        log.info("removed %d temporary file(s), %.1f MB, left in %s by writes that were killed: %s", len(removed),
-                 sum(size for _, size in removed) / 1e6, out_dir, names)  # fmt: skip
+        log.info(
+            "removed %d temporary file(s), %.1f MB, left in %s by writes that were killed: %s",
+            len(removed),
+            sum(size for _, size in removed) / 1e6,
+            out_dir,
+            names,
+        )
 
 
 def out_of_memory_in_update(exc: BaseException, micro_batches: list, cfg, out_dir: Path) -> UserError:
@@ -242,8 +284,10 @@ def out_of_memory_in_update(exc: BaseException, micro_batches: list, cfg, out_di
     from."""
     largest = max(micro_batches, key=lambda b: b.src.numel() + b.tgt_in.numel())
     (B, S), T = largest.src.shape, largest.tgt_in.shape[1]
-    what = (f"in a training update, on a micro-batch of {B} sentences, {largest.n_tgt_tokens:,} target tokens "
-            f"(padded: {B}x{S} source, {B}x{T} target)")  # fmt: skip
+    what = (
+        f"in a training update, on a micro-batch of {B} sentences, {largest.n_tgt_tokens:,} target tokens "
+        f"(padded: {B}x{S} source, {B}x{T} target)"
+    )
     keep = (
         f"and double train.accumulation (now {cfg.accumulation}) to keep the update's size"
         if cfg.accumulation
@@ -256,5 +300,9 @@ def out_of_memory_in_update(exc: BaseException, micro_batches: list, cfg, out_di
         if last.exists()
         else "no checkpoint was written yet"
     )
-    return out_of_memory(exc, what, f"lower train.max_tokens (now {cfg.max_tokens:,}), e.g. --set train.max_tokens="
-                         f"{cfg.max_tokens // 2}; {keep}; {saved}")  # fmt: skip
+    return out_of_memory(
+        exc,
+        what,
+        f"lower train.max_tokens (now {cfg.max_tokens:,}), e.g. --set train.max_tokens="
+        f"{cfg.max_tokens // 2}; {keep}; {saved}",
+    )

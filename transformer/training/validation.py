@@ -42,11 +42,13 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
     from transformer.data.batching import TokenBatchSampler, collate
 
     split = data.splits["valid"]
-    sampler = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0,
-                                shuffle=False)  # fmt: skip
+    sampler = TokenBatchSampler(
+        split.src_lengths, split.tgt_lengths, max_tokens=config.train.max_tokens, seed=0, shuffle=False
+    )
     batches = (collate(split, indices, bos_id=data.tokenizer.bos_id).to(device) for indices in sampler)
-    loss, nll = evaluate_loss(model, batches, precision=precision, pad_id=model.pad_id,
-                              epsilon=config.train.label_smoothing)  # fmt: skip
+    loss, nll = evaluate_loss(
+        model, batches, precision=precision, pad_id=model.pad_id, epsilon=config.train.label_smoothing
+    )
     record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
     if config.train.valid_bleu and split.src_text is not None:
         from transformer.decoding.translator import Translator
@@ -98,14 +100,19 @@ class Validator:
         """Validate the model at update `step`; True to stop (patience)."""
         stop, run = False, self.setup
         if self.is_main and "valid" in run.data.splits:
-            record = {"step": step, **validate(run.model, run.data, self.config, run.precision, run.device,
-                                               progress=self.progress)}  # fmt: skip
+            record = {
+                "step": step,
+                **validate(run.model, run.data, self.config, run.precision, run.device, progress=self.progress),
+            }
             self.write(record)
             plot_run(self.out_dir)
-            log.info("validation at update %d: %s", step, ", ".join(f"{k} {v:.4g}" for k, v in record.items()
-                                                                     if k != "step"))  # fmt: skip
+            log.info(
+                "validation at update %d: %s", step, ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step")
+            )
             improved, stop = self.early_stopping.update(record)
             if improved:
-                save_checkpoint(model_state(run.model, self.config, run.data.tokenizer, step=step, valid=record),
-                                self.out_dir / "best.pt")  # fmt: skip
+                save_checkpoint(
+                    model_state(run.model, self.config, run.data.tokenizer, step=step, valid=record),
+                    self.out_dir / "best.pt",
+                )
         return any_rank(stop, run.device)
