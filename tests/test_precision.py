@@ -16,11 +16,11 @@ CPU = torch.device("cpu")
 
 def test_one_list_of_values_for_every_command():
     """Training, decoding and the CLI accept the same values; each resolved value has an autocast dtype."""
-    from transformer.commands.cli import _decoding_args
+    from transformer.commands.flags import decoding_args
 
     assert choices(TrainConfig, "precision") == choices(DecodeConfig, "precision") == PRECISIONS
     parser = argparse.ArgumentParser()
-    _decoding_args(parser)
+    decoding_args(parser)
     action = next(a for a in parser._actions if a.dest == "precision")
     assert tuple(action.choices) == PRECISIONS
     assert {resolve_precision(p, CPU) for p in PRECISIONS if p != "fp16"} <= set(DTYPES)

@@ -12,8 +12,9 @@ import logging
 import sys
 from collections.abc import Callable
 
+from transformer.commands.flags import config_args, evaluate_args, model_args, translate_args
 from transformer.commands.parsers import HELP, build_parser, count
-from transformer.config import CHUNK_LINES, PRECISIONS, DecodeConfig, choices
+from transformer.config import PRECISIONS
 from transformer.errors import UserError
 from transformer.fileio import is_fs_error, os_error, signals_raise
 
@@ -42,27 +43,10 @@ def user_errors_exit_2(main: Callable[[list[str] | None], int | None]) -> Callab
     return wrapper
 
 
-def _config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument(
-        "--config",
-        required=required,
-        help="YAML config file, or the name of a shipped config "
-        "(demo, tiny, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set model.d_model=256 --set train.lr=5e-4 (repeatable)",
-    )
-
-
 @user_errors_exit_2
 def prepare_main(argv: list[str] | None = None) -> int:
     """transformer-prepare --config C [--set data.key=value ...]: train the vocabulary and fill the data cache."""
-    args = build_parser("prepare", _config_args).parse_args(argv)
+    args = build_parser("prepare", config_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.data.coverage import unknown_report
     from transformer.data.prepare import prepare_data
@@ -102,7 +86,7 @@ def _train_args(parser: argparse.ArgumentParser) -> None:
 @user_errors_exit_2
 def train_main(argv: list[str] | None = None) -> int:
     """transformer-train --config C [--set k=v ...] [--resume [CKPT]]"""
-    args = build_parser("train", _config_args, _train_args).parse_args(argv)
+    args = build_parser("train", config_args, _train_args).parse_args(argv)
     from transformer.config import load_config
     from transformer.training.setup import fine_tuning_config
     from transformer.training.trainer import Trainer
@@ -156,95 +140,10 @@ def average_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _model_args(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint(s), config overrides, batch size, device, precision, threads: translate, evaluate and score's."""
-    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="checkpoint file(s); several: an ensemble")
-    _config_args(parser, required=False)
-    parser.add_argument("--max-tokens", type=int, help="source tokens per decoding batch")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    precision = "autocast: bf16 (CUDA or CPU), fp16 (CUDA), auto (bf16 on a GPU that has it, else fp32)"
-    parser.add_argument("--precision", choices=PRECISIONS, help=f"{precision}; default: the config's decode.precision")
-    parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _decoding_args(parser: argparse.ArgumentParser) -> None:
-    _model_args(parser)  # then the search's flags: translate's and evaluate's
-    parser.add_argument("--beam", type=int, help="beam size K (1 = greedy); default: the config's decode.beam_size")
-    parser.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
-    parser.add_argument(
-        "--length-penalty", choices=choices(DecodeConfig, "length_penalty"), help="gnmt ((5+len)/6)^alpha: paper"
-    )
-    parser.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b (paper: 1)")
-    parser.add_argument("--max-len-b", type=int, help="see --max-len-a (paper: 50)")
-    parser.add_argument("--min-len", type=int, help="no EOS before this many output tokens")
-    parser.add_argument(
-        "--no-repeat-ngram-size",
-        type=count(0),
-        metavar="N",
-        help="no n-gram of N output pieces twice in a translation (0 = off)",
-    )
-
-
-def _translate_args(parser: argparse.ArgumentParser) -> None:
-    """TEXT, the decoding flags, then where lines come from and go, and how many at a time."""
-    parser.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate, one per argument")
-    _decoding_args(parser)
-    parser.add_argument("--nbest", type=int, help="print the best N as 'index ||| text ||| score' lines")
-    parser.add_argument(
-        "--alignment",
-        action="store_true",
-        help="append each line's word alignment (Pharaoh 'i-j': "
-        "source word i, target word j) after a tab (with --nbest: after ' ||| ')",
-    )
-    parser.add_argument(
-        "--alignment-layer",
-        type=int,
-        metavar="N",
-        help="with --alignment: the decoder layer whose "
-        "attention over the source (mean over heads) aligns (0-based; default: the last)",
-    )
-    parser.add_argument(
-        "--attention-maps",
-        metavar="DIR",
-        help="also draw each line's attention maps, every layer "
-        "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)",
-    )
-    steer = parser.add_argument_group("steering the output (docs/decoding.md)")
-    steer.add_argument(
-        "--prefix-file",
-        metavar="F",
-        help="one target prefix per input line (empty line: none); each translation starts with it",
-    )
-    steer.add_argument(
-        "--constraints-file",
-        metavar="F",
-        help="one JSON list of phrases per input line ([] = none) "
-        "that the translation must contain, in any order (beam search)",
-    )
-    steer.add_argument(
-        "--constraint-beam",
-        type=count(1),
-        metavar="N",
-        help="the beam of lines with constraints: at least N (default: the config's decode.constraint_beam_size, 10)",
-    )
-    steer.add_argument(
-        "--replace-unk",
-        action="store_true",
-        help="replace each <unk> of a translation with the "
-        "source text it is aligned to (last decoder layer; an ensemble: its first model)",
-    )
-    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
-    parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument(
-        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
-    )
-
-
 @user_errors_exit_2
 def translate_main(argv: list[str] | None = None) -> int:
     """transformer-translate --checkpoint CKPT [--beam 4] [--nbest N] [--input F] [--output F] [TEXT ...]"""
-    parser = build_parser("translate", _translate_args)
+    parser = build_parser("translate", translate_args)
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint is required")
@@ -253,81 +152,10 @@ def translate_main(argv: list[str] | None = None) -> int:
     return run_translate(args)
 
 
-def _scoring_args(parser: argparse.ArgumentParser) -> None:
-    """sacreBLEU's scoring options, named as its own command line names them."""
-    from transformer.evaluation import METRIC_NAMES, TOKENIZERS
-
-    group = parser.add_argument_group("scoring (sacreBLEU)")
-    group.add_argument(
-        "--metrics", "-m", nargs="+", choices=METRIC_NAMES, default=["bleu", "chrf"], help="metrics to compute"
-    )
-    group.add_argument(
-        "--tokenize",
-        "-tok",
-        choices=TOKENIZERS,
-        help="BLEU tokenization (default: 13a; zh, ja-mecab, ko-mecab need sacreBLEU's extras)",
-    )
-    group.add_argument("--lowercase", "-lc", action="store_true", help="case-insensitive BLEU and chrF")
-    group.add_argument("--chrf-word-order", "-cw", type=int, default=0, help="chrF word n-gram order (2 = chrF++)")
-    paired = group.add_mutually_exclusive_group()
-    paired.add_argument(
-        "--paired-bs",
-        action="store_true",
-        help="paired bootstrap resampling test between --hyp systems, against the first",
-    )
-    paired.add_argument("--paired-ar", action="store_true", help="paired approximate randomisation test instead")
-    group.add_argument(
-        "--paired-n",
-        type=int,
-        default=0,
-        help="resamples (bs) or trials (ar); 0 = sacreBLEU's defaults, 1000 and 10000",
-    )
-    group.add_argument(
-        "--tok-bleu",
-        action="store_true",
-        help="also the paper's tokenized, compound-split BLEU "
-        "(Moses tokenizer with sacremoses installed, else 13a; labelled)",
-    )
-
-
-def _evaluate_args(parser: argparse.ArgumentParser) -> None:
-    """The decoding flags, what to score (a split, files, a sacreBLEU test set or existing output), the
-    scoring options and the outputs."""
-    _decoding_args(parser)
-    parser.add_argument("--split", choices=["test", "valid"], default="test", help="which config split to score")
-    parser.add_argument("--src", help="source file to translate (with --ref; '-' = standard input)")
-    parser.add_argument(
-        "--ref",
-        nargs="+",
-        metavar="REF",
-        help="reference file(s), line-aligned; several = multi-reference scoring; '-' = standard input",
-    )
-    parser.add_argument("--test-set", help="a sacreBLEU test set, e.g. wmt14/full (downloaded; needs the internet)")
-    parser.add_argument("--langpair", help="with --test-set, e.g. en-de")
-    parser.add_argument(
-        "--hyp",
-        nargs="+",
-        metavar="SYS",
-        help="score existing output(s) against --ref, without "
-        "a model; several systems: the first is the paired tests' baseline; '-' = stdin",
-    )
-    _scoring_args(parser)
-    parser.add_argument(
-        "--output",
-        help="hypotheses file (default: <checkpoint>.<test set>.hyp next to it; "
-        "'-' = standard output, the report then goes to standard error)",
-    )
-    parser.add_argument(
-        "--json",
-        help="also write the scores, signatures and what produced them as JSON to this "
-        "file ('-' = standard output, the report then goes to standard error)",
-    )
-
-
 @user_errors_exit_2
 def evaluate_main(argv: list[str] | None = None) -> int:
     """transformer-evaluate --checkpoint CKPT [--split test | --src F --ref F | --test-set NAME --langpair xx-yy]"""
-    args = build_parser("evaluate", _evaluate_args).parse_args(argv)
+    args = build_parser("evaluate", evaluate_args).parse_args(argv)
     from transformer.commands.evaluate import run_evaluate
 
     return run_evaluate(args)
@@ -338,7 +166,7 @@ def score_main(argv: list[str] | None = None) -> int:
     """transformer-score --checkpoint CKPT [CKPT ...] (--src F --tgt F | --split test) [--output F] [--json]"""
     from transformer.commands.score import run_score, score_args
 
-    return run_score(build_parser("score", _model_args, score_args).parse_args(argv))
+    return run_score(build_parser("score", model_args, score_args).parse_args(argv))
 
 
 def _export_args(parser: argparse.ArgumentParser) -> None:

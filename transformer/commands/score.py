@@ -22,7 +22,7 @@ from transformer.errors import UserError
 
 
 def score_args(parser: argparse.ArgumentParser) -> None:
-    """transformer-score's own flags, after the model flags (cli.py's `_model_args`)."""
+    """transformer-score's own flags, after the model flags (flags.py's `model_args`)."""
     parser.add_argument("--src", help="source sentences, one per line ('-' = standard input)")
     parser.add_argument("--tgt", help="their translations to score, line-aligned with --src ('-' = standard input)")
     parser.add_argument(
