@@ -12,7 +12,7 @@ import torch
 from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 
 from transformer.config import DecodeConfig, choices
-from transformer.decoding import candidates
+from transformer.decoding import beam, candidates
 from transformer.decoding import search as decoding
 from transformer.decoding.candidates import top_candidates
 from transformer.decoding.search import (
@@ -435,7 +435,7 @@ def test_done_sentences_places_are_taken_by_the_last_ones(done, kept):
     """Dropping done sentences moves only the last sentences that stay into the places before them, so the cache
     copies those alone; every state tensor follows the same order."""
     B, K = 6, 2
-    state = decoding._BeamState(
+    state = beam._BeamState(
         tokens=torch.arange(B * K)[:, None],
         scores=torch.arange(B * K, dtype=torch.float).view(B, K),
         max_lens=list(range(10, 10 + B)),
@@ -444,7 +444,7 @@ def test_done_sentences_places_are_taken_by_the_last_ones(done, kept):
         done=set(done),
         score_fn=lambda log_prob, length: log_prob,
     )
-    sentences, rows = decoding._drop_done(state, torch.arange(B * K) + 100)
+    sentences, rows = beam._drop_done(state, torch.arange(B * K) + 100)
     keep_rows = [b * K + k for b in kept for k in range(K)]
     assert sentences.tolist() == kept and rows.tolist() == [100 + r for r in keep_rows]
     assert state.tokens[:, 0].tolist() == keep_rows and state.scores.flatten().tolist() == keep_rows

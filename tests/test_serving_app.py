@@ -110,7 +110,7 @@ class SteerableTranslator:
 
         self.tokenizer = SimpleNamespace(encode_src=lambda lines: [line.split() + ["</s>"] for line in lines])
         self.config = SimpleNamespace(decode=DecodeConfig(), data=SimpleNamespace(src_lang="es", tgt_lang="en"))
-        self.model = SimpleNamespace()  # no decoder: an ensemble's shape
+        self.reads_attention = False  # an ensemble's answer
         self.calls: list[dict] = []
 
     def translate(

@@ -27,9 +27,12 @@ from pathlib import Path
 
 import torch
 
+from transformer.decoding.alignment import resolve_layer
+from transformer.decoding.attention_maps import MAX_PIECES, Panel, attention_figures
 from transformer.decoding.cpu_linear import quantize_int8
+from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score
-from transformer.decoding.translator import Translation, with_settings
+from transformer.decoding.translator import Translation, truncate_source, with_settings
 from transformer.decoding.translator import Translator as _Engine
 from transformer.errors import UserError
 
@@ -122,6 +125,26 @@ class Translator:
         if nbest is None:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results
+
+    @property
+    def reads_attention(self) -> bool:
+        """Whether alignments and attention maps can be read: one model's attention (a `Transformer`), not an
+        ensemble's (one per member)."""
+        return isinstance(self.model, AttentionModel)
+
+    def cross_attention(
+        self, text: str, tokens: Sequence[int], *, layer: int | None = None, max_pieces: int = MAX_PIECES
+    ) -> tuple[int, Panel]:
+        """(layer, panel): the cross-attention of decoder layer `layer` (None: the last; negative from the last),
+        mean over heads, for source `text` (truncated as `translate` truncates it) and its translation's `tokens`
+        (no BOS, no EOS). The panel's rows are the target pieces then </s>, its columns the source pieces then </s>,
+        each row summing to 1 (`max_pieces` caps both; attention_maps.py)."""
+        if not self.reads_attention:
+            raise UserError("attention is read from one model's layers; this translator decodes with an ensemble")
+        layer = resolve_layer(layer, len(self.model.decoder.layers))
+        src_ids = truncate_source(self.tokenizer.encode_src([text.strip()])[0], self.model.max_positions, 1)
+        figures = attention_figures(self.model, self.tokenizer, src_ids, list(tokens), max_pieces=max_pieces)
+        return layer, next(f for f in figures if f.name == f"cross_layer{layer}").panels[0]  # the mean over heads
 
     def score(self, sources: str | Sequence[str], targets: str | Sequence[str]) -> list[Score]:
         """log P(target | source) of each line-aligned pair under teacher forcing: `Score(log_prob, tokens)`, with

@@ -33,6 +33,8 @@ import torch
 
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.errors import UserError
+from transformer.model.embeddings import SinusoidalPositionalEncoding
+from transformer.model.layers import DecoderLayer
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +257,7 @@ def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
 
 def _positions(stack, max_positions: int):
     module = stack.positional
-    table = module.table if hasattr(module, "table") else module.weight  # sinusoids or the learned table
+    table = module.table if isinstance(module, SinusoidalPositionalEncoding) else module.weight  # or learned
     return table[:max_positions].detach().float().numpy().copy()  # (L, D)
 
 
@@ -268,7 +270,7 @@ def _set_stack(spec, stack, max_positions: int, norm_first: bool) -> None:
         _set_linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv_proj)  # fused (3D, D): Q, K, V
         _set_linear(layer_spec.self_attention.linear[1], layer.self_attn.out_proj)
         _set_norm(layer_spec.self_attention.layer_norm, layer.self_attn_norm)
-        if hasattr(layer, "cross_attn"):
+        if isinstance(layer, DecoderLayer):
             _set_linear(layer_spec.attention.linear[0], layer.cross_attn.q_proj)
             _set_linear(layer_spec.attention.linear[1], layer.cross_attn.kv_proj)  # fused (2D, D): K, V
             _set_linear(layer_spec.attention.linear[2], layer.cross_attn.out_proj)

@@ -44,6 +44,26 @@ class DecodingModel(Protocol):
 
 
 @runtime_checkable
+class CachingModel(DecodingModel, Protocol):
+    """A model that brings its own cache (an `Ensemble`: one cache per member); the search starts any other model's
+    from model/cache.py's `init_cache`."""
+
+    def init_cache(self, memory, src_mask: torch.Tensor, *, beams: int, capacity: int) -> RowMoves:
+        """memory as `encode` returned it, src_mask (B, 1, 1, S) -> a cache of `beams` rows per sentence, room for
+        `capacity` tokens."""
+
+
+@runtime_checkable
+class AttentionModel(DecodingModel, Protocol):
+    """One model whose attention weights can be read (alignments, attention maps, <unk> replacement): a
+    `Transformer`, with teacher forcing and `forward(..., return_attention=True)`. An ensemble has one attention per
+    member, so it is not one."""
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V)."""
+
+
+@runtime_checkable
 class SearchControl(RowMoves, Protocol):
     """A control of the search (controls.py, constraints.py): called once per step on every row's next-token
     log-probabilities, and moved with the rows."""

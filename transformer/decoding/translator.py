@@ -36,6 +36,7 @@ from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
+from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score, score_texts
 from transformer.decoding.search import generate, max_output_lengths
 from transformer.decoding.steering import Steering, report_unmet, search_controls, steered
@@ -106,7 +107,7 @@ class Translator:
         contains, in any order (beam search only; steering.py). replace_unk: each <unk> of the output becomes the
         source text it is aligned to (unknown_words.py; an ensemble's first model's attention).
         """
-        if alignment and not hasattr(self.model, "decoder"):
+        if alignment and not isinstance(self.model, AttentionModel):
             raise UserError("word alignments read one model's attention: an ensemble has one per model")
         if constraints is not None and self.settings.search != "beam":
             raise UserError("lexical constraints need beam search (dynamic beam allocation): a beam size of 2 or more")
@@ -148,7 +149,7 @@ class Translator:
         if not todo:
             return results
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
-        encoded = [_truncate(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
+        encoded = [truncate_source(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
         lengths = [len(ids) for ids in encoded]
         order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
         surfaces = source_surfaces(self.tokenizer, [chunk[i].strip() for i in todo]) if replace_unk else None
@@ -253,7 +254,7 @@ def _controls(model, settings: DecodeConfig, src_mask: torch.Tensor, lines: list
     return search_controls(steerings, limits, numbers, src_mask.device)
 
 
-def _truncate(ids: list[int], limit: int, line_number: int) -> list[int]:
+def truncate_source(ids: list[int], limit: int, line_number: int) -> list[int]:
     """Source ids longer than the model's `limit` positions cut to it (EOS kept last), with a warning."""
     if len(ids) <= limit:
         return ids

@@ -14,10 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from transformer.data.tokenizer import EOS_ID
-from transformer.decoding.alignment import resolve_layer
-from transformer.decoding.attention_maps import attention_figures
-from transformer.errors import UserError
+from transformer.api import Translator
 
 CONTROLS = ("prefix", "constraints")  # per-line search controls passed through to Translator.translate
 OPTIONS = ("replace_unk",)  # per-request switches (true/false) passed through to Translator.translate
@@ -40,12 +37,12 @@ class Settings:
 class Engine:
     """Decodes lines with `Settings` (from the batcher's thread) and draws one sentence's attention."""
 
-    def __init__(self, translator) -> None:
+    def __init__(self, translator: Translator) -> None:
         self.translator = translator
         self.tokenizer = translator.tokenizer
         self.defaults = translator.config.decode
         self.languages = (translator.config.data.src_lang, translator.config.data.tgt_lang)
-        self.attends = hasattr(translator.model, "decoder")  # one model: alignments and attention; an ensemble: not
+        self.attends = translator.reads_attention  # one model: alignments and attention; an ensemble: not
         self.lock = threading.Lock()
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
 
@@ -79,15 +76,7 @@ class Engine:
         """The cross-attention (mean over heads) of decoder layer `layer` (None: the last) for source `text` and
         its translation's `tokens`: {"layer", "rows" (target pieces, then </s>), "columns" (source pieces, then
         </s>), "weights" (rows x columns, each row summing to 1)}."""
-        model = self.translator.model
-        if not self.attends:
-            raise UserError("attention is read from one model's layers; this server decodes with an ensemble")
-        layer = resolve_layer(layer, len(model.decoder.layers))
-        src_ids = self.tokenizer.encode_src([text.strip()])[0]
-        if len(src_ids) > model.max_positions:  # truncated as the translator truncates
-            src_ids = src_ids[: model.max_positions - 1] + [EOS_ID]
         with self.lock:
-            figures = attention_figures(model, self.tokenizer, src_ids, tokens, max_pieces=ATTENTION_PIECES)
-        panel = next(f for f in figures if f.name == f"cross_layer{layer}").panels[0]  # the mean over heads
+            layer, panel = self.translator.cross_attention(text, tokens, layer=layer, max_pieces=ATTENTION_PIECES)
         weights = [[round(float(w), 4) for w in row] for row in panel.weights.tolist()]
         return {"layer": layer, "rows": panel.rows, "columns": panel.columns, "weights": weights}
