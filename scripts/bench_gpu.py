@@ -1,4 +1,4 @@
-"""Every GPU training-throughput figure in one command: `make bench-gpu` (about 5 minutes on one H100 or H200).
+"""Every GPU training-throughput figure in one command: `make bench-gpu` (its time on a GPU: docs/benchmarks.md).
 
     python scripts/bench_gpu.py                    # base and big: docs/results/train_<shape>_<gpu>.json + the table
     python scripts/bench_gpu.py --shapes base      # one shape

@@ -26,21 +26,16 @@ from transformer.commands.cli import user_errors_exit_2
 from transformer.errors import UserError
 
 # Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192, 1.4-1.45x
-# the updates in the same time) learns more: dev BLEU 19.8 against 17.0 in the time of 1,826 updates of demo.yaml
-# (an older 2-core CPU), 22.3 against 20.8 in that of 3,300, 21.9 against 23.2 in that of 6,000 (a fast one); the
-# difference crosses zero near 4,500 (docs/demo-tuning.md, "For the machine at hand"). Near that crossing the two
-# are within about a point, while the probe of one idle machine read 15% apart in two runs (a 2-core Zen 4: medians
-# of 6.5 and 5.6 updates/s; the second picked demo_small, made the equivalent of 4,580 updates of demo.yaml and scored
-# 1.2 BLEU below the first): so the small preset is taken only below the crossing less that spread, and a machine
-# near the crossing keeps demo.yaml whichever way its probe wanders. Re-measured with demo_small at lr 3e-3 (two seeds,
-# averaged as the demo ships, 1.4x the updates): below the threshold it leads on dev and test (+0.8 / +0.65 BLEU in
-# the time of 3,200 updates, +0.85 / +0.36 in that of 3,600); from 4,000 to 5,600 the two tie within the seeds' spread
-# (dev +0.25 to +0.52, test 0.00 to -0.44), so the threshold stays.
+# the updates in the same time) learns more: on the dev books it leads while updates are few and falls behind when
+# they are many, the difference crossing zero near 4,500. Near that crossing the two are within about a point, while
+# one idle machine's probe can read 15% apart in two runs: so the small preset is taken only below the crossing less
+# that spread, and a machine near the crossing keeps demo.yaml whichever way its probe wanders. Re-measured with
+# demo_small at lr 3e-3, the two tie from 4,000 updates up, so the threshold stays (the runs behind each figure:
+# docs/benchmarks.md#the-demo-presets-and-their-threshold, docs/benchmarks.md#the-update-rate-probe).
 SMALL_PRESET_BELOW = round(4500 * (1 - 0.15))  # 3,825
 # The trainer makes fewer updates than the probe's rate times its time: it also validates every 500 updates, writes
-# checkpoints, logs, and collates ahead on a thread that shares the two cores. Made / predicted in demo runs on
-# 2-core AMD EPYCs: 0.995, 0.93, 0.94 (Zen 4/5, one reading), 0.82 (Zen 3, one reading), 0.89 (Zen 4, the median of
-# three; docs/demo-tuning.md, "The probe, read three times").
+# checkpoints, logs, and collates ahead on a thread that shares the two cores (made / predicted in demo runs:
+# docs/benchmarks.md#the-update-rate-probe).
 TRAINER_SHARE = 0.9
 
 # The paper's checkpoint averaging (section 6.1: the base models averaged the last 5 checkpoints, written at

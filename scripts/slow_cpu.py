@@ -4,8 +4,8 @@
     python scripts/slow_cpu.py --updates-per-second 2.42 -- make demo
 
 2.42 updates per second is the reference workload's training rate (configs/demo.yaml's shape, fixed in
-throttle.py) on a 2-core AMD EPYC of an older generation (family 23, AVX2 only): 1,826 updates in 12.6 minutes
-(docs/demo-tuning.md).
+throttle.py) on the slower CPU that the stand-in imitates, read from its `make demo`
+(docs/benchmarks.md#the-stand-in-for-a-slower-cpu).
 """
 
 from __future__ import annotations

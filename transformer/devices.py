@@ -51,9 +51,9 @@ def device_name(cuda: bool | None = None) -> str:
 def avoid_cudnn_attention() -> None:
     """Keep `F.scaled_dot_product_attention` on CUDA off cuDNN's kernel (flash / memory-efficient kernels instead).
 
-    cuDNN's attention builds an execution plan for every new shape, tens of milliseconds each on an H100. Training
-    batches vary in length and incremental decoding grows the key length each step, so nearly every call paid it:
-    303 ms per base-model update instead of 76 (H100, docs/benchmarks.md).
+    cuDNN's attention builds an execution plan for every new shape, tens of milliseconds each. Training batches vary
+    in length and incremental decoding grows the key length each step, so nearly every call paid it (a base-model
+    update with and without: docs/benchmarks.md#training-throughput-on-one-h100-bf16).
     """
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)

@@ -1,5 +1,5 @@
-"""`make gpu-check`: every CUDA path of the project run once on a tiny model, one PASS/FAIL/SKIP line each (about 4
-minutes on one H100 by our estimate, not yet measured: docs/gpu.md; the report caps it at 280 s).
+"""`make gpu-check`: every CUDA path of the project run once on a tiny model, one PASS/FAIL/SKIP line each (its time
+on a GPU is an estimate, not yet measured: docs/gpu.md; the report caps it at 280 s).
 
     python scripts/gpu_check.py               # on a GPU; without CUDA it says so in one line and exits 0
     python scripts/gpu_check.py --cpu-smoke   # the same checks on the CPU, tiny (what the tests run)

@@ -6,9 +6,9 @@ pre-LN as that one is):
   fp32 on the same test sentences, judged by how close the outputs are to fp32's, not by a BLEU margin (which on
   200 sentences of a small model moves by a point by chance): the same tokens on at least `SAME_FLOOR` of the
   sentences and chrF against fp32's outputs of at least `CHRF_FLOOR`. Not the same tokens on 95%: one flipped
-  near-tie changes the rest of a sentence, and bf16 keeps 8 bits of mantissa. Measured on a 2-core CPU, bf16
-  autocast against fp32 on this decoding model (trained there, 1,000 updates): the same tokens on 81.5% and 80%
-  of the sentences. A broken half-precision path (a mask overflowing in fp16, a wrong cast) shares almost no
+  near-tie changes the rest of a sentence, and bf16 keeps 8 bits of mantissa: bf16 autocast against fp32 on
+  this decoding model, trained on a CPU, gave the same tokens on 81.5% and 80% of the sentences (docs/gpu.md, "Why
+  token agreement"). A broken half-precision path (a mask overflowing in fp16, a wrong cast) shares almost no
   sentence, and its chrF against fp32 falls far below the floor. The line shows both figures, and each output's
   BLEU against the references for information.
 - evaluate: `transformer-evaluate --precision auto` on the device exits 0, writes its scores, and its translations

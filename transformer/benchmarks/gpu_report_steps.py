@@ -1,7 +1,7 @@
 """The steps of `make gpu-report` (gpu_report.py runs them): each one's command, cap, records and what it depends
 on (its stamp: `stamps.step_stamp`), on a GPU and in the CPU smoke mode (the same scripts with tiny shapes).
 
-Caps on one H100, none of them measured there yet (docs/gpu.md says how they were estimated): check 280 s, train
+Caps on one GPU, estimates that no run has checked yet (docs/gpu.md#how-the-caps-were-estimated): check 280 s, train
 120 s, decode 120 s, each recipe piece 270 s (3 minutes of training, then its save; data preparation and CUDA's
 start before it). With the grace of 10 s each, three calls of `--budget 7m` hold them all: check + train, decode +
 recipe-pre-ln, recipe-post-ln (with 130 s to spare for a retry). The recipe pieces write a `recipe_piece` record

@@ -15,8 +15,8 @@ workload, timed from their metrics (start-up excluded), once unthrottled and the
 time at the speed the readings so far give; the speed is R over the throttled readings' mean rate per unit of
 speed (a throttled run is a little faster than its share: measured, not assumed). The reference
 workload is the demo's training as the slower machine was measured with it (`REFERENCE_SHAPE`: d_model 256, d_ff
-512, configs/demo.yaml's shape then and on 2026-11-25), fixed here so that the stand-in stays the same machine when
-the demo's configs change.
+512, configs/demo.yaml's shape then: docs/benchmarks.md#the-stand-in-for-a-slower-cpu), fixed here so that the
+stand-in stays the same machine when the demo's configs change.
 """
 
 from __future__ import annotations
@@ -107,9 +107,9 @@ def calibrate(
 ) -> tuple[float, list[tuple[float, float]]]:
     """The speed at which the reference workload trains at `updates_per_second` here, and the readings behind it,
     [(speed, updates/s measured at it), ...]. The first reading is unthrottled; the next `rounds` run under the
-    throttle, each at the speed that the throttled readings so far give. Stopping the processes does not slow them
-    by exactly the share (on a 2-core Zen 4, 4-18% less in five calibrations: they run faster while they run), so
-    the speed comes from the throttled readings alone: R / the mean of their rate per unit of speed. At most 1."""
+    throttle, each at the speed that the throttled readings so far give. Stopping the processes slows them by less
+    than the share (they run faster while they run: docs/benchmarks.md#the-stand-in-for-a-slower-cpu), so the
+    speed comes from the throttled readings alone: R / the mean of their rate per unit of speed. At most 1."""
 
     def speed_for(readings: list[tuple[float, float]]) -> float:
         per_speed = [rate / speed for speed, rate in readings[1:]] or [readings[0][1]]

@@ -40,7 +40,8 @@ def top_candidates(log_probs: torch.Tensor, scores: torch.Tensor, k: int):
 @functools.cache
 def _chunk_size(V: int) -> int:  # noqa: N803
     """The chunk size for `top_candidates`: the divisor of V in 64..512 that is a multiple of 8 (whole vectors)
-    nearest 160, or 0 if none; measured fastest on a 2-core CPU for V = 4k to 37k (docs/benchmarks.md)."""
+    nearest 160, or 0 if none; measured fastest for V = 4k to 37k (docs/benchmarks.md, "The top 2K candidates read
+    chunk by chunk")."""
     divisors = [c for c in range(64, 513, 8) if V % c == 0]
     return min(divisors, key=lambda c: abs(c - 160), default=0)
 

@@ -8,16 +8,15 @@ decoding calls each layer once per step with few rows, so the packing is much of
 copy whose Linear layers hold W packed once in oneDNN's layout (`PackedLinear`, the kernels CTranslate2 uses on the
 CPU): the same products summed in another order, the same tokens (tests/test_cpu_linear.py). `quantize_int8` gives
 a copy in int8 (PyTorch's dynamic quantization). Both leave the given model as it is (training goes on with it).
-Measured gain of the packed copy, beam 4 over 400 demo test verses, same tokens: 1.51x (2-core AMD EPYC Zen 5, AVX-512),
-1.13x (2-core AMD EPYC, AVX2 only) (docs/benchmarks.md), before rows were padded (below).
+Measured gain of the packed copy, beam 4: 1.51x with AVX-512, 1.13x with AVX2 only (docs/benchmarks.md#decoding-speed).
 
 Memory: oneDNN builds a kernel for every row count it is called with and keeps it (two caches of up to 1,024 each;
 about 0.5-1.5 MB per row count and layer shape), and decoding calls with ever new row counts (B x S in the encoder,
 the rows still alive in each step): unpadded, a demo-sized model grew by 1.1 GB over 24,000 lines. Rows padded by
-`padded_rows` (four steps per octave) leave at most 48 row counts per layer shape up to 8,192 rows: over four passes
-of the 1,635 demo test verses the demo model grew by 86 MB and stopped there, against 975 MB and still growing
-unpadded; the padded time was 1.00x to 1.06x the unpadded one (two runs of 4 alternated rounds, 400 verses, beam 4;
-padding to powers of two: 1.15x to 1.19x), same tokens (2-core AMD EPYC Zen 5, 2026-11-25).
+`padded_rows` (four steps per octave) leave at most 48 row counts per layer shape up to 8,192 rows, so the copy's
+memory stops growing once it has met them, at about the speed of unpadded rows and with the same tokens, where
+padding to powers of two wastes more rows and time (memory and time of each: docs/benchmarks.md#decoding-speed and
+docs/benchmarks.md#data-memory-and-start-up).
 """
 
 from __future__ import annotations

@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 
 # What follows training in `make demo`: the trainer's final validation (loss on the dev books, greedy BLEU on a
 # sample of them), saving, loading, beam search over the test split, scoring. Beam search dominates, and its speed
-# depends on the machine and on how busy others keep it (on a 2-core machine shared with two other training runs
-# the demo trained ten times slower than on an idle one, docs/demo-tuning.md), so it is measured, not assumed: the
-# demo times beam search with the untrained model over a sample of test sentences before training. An untrained
-# model never ends a sentence early, so that rate is scaled by TRAINED_RATIO, measured on the same busy machine on
-# 2026-11-23: 0.62 s per sentence for the untrained probe, 0.17 s per sentence for the whole test split decoded by
-# the demo model after its (short) training; 0.27 rounded up.
+# depends on the machine and on how busy others keep it (a shared machine can be many times slower than an idle
+# one), so it is measured, not assumed: the demo times beam search with the untrained model over a sample of test
+# sentences before training. An untrained model never ends a sentence early, so that rate is scaled by
+# TRAINED_RATIO, a trained model's time per sentence over the probe's, rounded up (its measurement:
+# docs/benchmarks.md#the-time-set-aside-after-training).
 TRAINED_RATIO = 0.3  # beam-search time per sentence of a trained model / of the untrained probe
 AFTER_TRAINING_FIXED_S = 10.0  # checkpoint save and load, plotting, the validation loss pass
 SAFETY_FACTOR = 1.5  # the load may grow while training runs; 1.25 left a busy run 0.4 min over (benchmarks)
 MIN_TRAINING_S = 60.0  # train at least this long even when the budget is already spent
-# Keep at least this much after training: with the faster beam search (2026-11-23, idle machine) the probe's rate
-# set aside 30 s, the final validation and scoring took about 25, and the demo ended 0.1 min inside its budget.
+# Keep at least this much after training: on an idle machine the probe's rate alone set aside barely more than the
+# final validation and scoring took, and the demo ended just inside its budget (the run:
+# docs/benchmarks.md#the-time-set-aside-after-training).
 MIN_AFTER_TRAINING_S = 60.0
 
 
@@ -87,8 +87,8 @@ def update_rates(config, data, device, *, updates: int = 16, rounds: int = 3, wa
     """Training updates per second of `config` on this machine, now, in `rounds` readings: a scratch model trained
     `warmup` untimed updates, then `rounds` rounds of `updates` updates each timed on their own, on batches of the
     train split (`data`, as `prepare_data` gives it; each round on new batches). Take the median: one reading can
-    be off by a fifth on a machine whose speed wanders (a 2-core AMD EPYC Zen 3 read 4.7 and 5.9 updates/s in two
-    runs). The random state is restored afterwards, so the run that follows trains as if there had been no probe."""
+    be off by a fifth on a machine whose speed wanders (two runs' readings: docs/benchmarks.md#the-update-rate-probe).
+    The random state is restored afterwards, so the run that follows trains as if there had been no probe."""
     import torch
 
     from transformer.data.batching import collate
