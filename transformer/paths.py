@@ -6,7 +6,7 @@ The rule: relative input paths in a config file (each source kind's, as `SplitCo
 current directory, as the shell would. Outputs (`data.cache_dir`, `train.out_dir`) stay relative to the current
 directory: a run writes where it is started. `--config NAME` without a folder, when no such file exists, finds a
 shipped config (`demo`, `tiny`, `base`, ...).
-No torch import.
+`check_file` names a missing input and where its relative path was looked for. No torch import.
 """
 
 from __future__ import annotations
@@ -71,3 +71,10 @@ def resolve_split_paths(split: Any, base: Path, config: Path, kinds: dict[str, A
         split["dataset"] = _resolve(split["dataset"], base, config)
     for corpus in split.get("corpora") or []:
         resolve_split_paths(corpus, base, config, kinds)
+
+
+def check_file(path: str | Path, what: str) -> Path:
+    """`path` as a Path when it is a file, else a `UserError` naming `what` and where relative paths resolve."""
+    if not Path(path).is_file():
+        raise UserError(f"{what} not found: {path} ({path_base(path)})")
+    return Path(path)

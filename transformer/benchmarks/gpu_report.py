@@ -43,15 +43,20 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from transformer.benchmarks.gpu_report_steps import STEP_NAMES, Step, gpu_steps, probe_ctranslate2, smoke_steps
-from transformer.benchmarks.stamps import ROOT, code_commit, device_name, read_json, slug, step_stamp, today, write_json
+from transformer.benchmarks.gpu_report_steps import (
+    GRACE_S,
+    STEP_NAMES,
+    Report,
+    Step,
+    gpu_steps,
+    probe_ctranslate2,
+    smoke_steps,
+)
+from transformer.benchmarks.stamps import ROOT, code_commit, device_name, read_json, today, write_json
 
-GRACE_S = 10.0  # between SIGTERM and SIGKILL of a step's process group
-RECORDED = ("done", "skipped", "failed", "capped")  # not run again for the same stamp (unless --redo)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -61,48 +66,6 @@ class ReportStopped(Exception):  # noqa: N818 (a signal, not an error)
     def __init__(self, signum: int) -> None:
         super().__init__(f"signal {signal.Signals(signum).name}")
         self.signum = signum
-
-
-@dataclass
-class Report:
-    """Where records go, what they belong to, the budget, and what the caller asked to run."""
-
-    results: Path
-    device: str
-    commit: str  # for people; skipping goes by each step's stamp
-    budget: float  # seconds
-    only: set[str] = field(default_factory=set)  # empty: every step
-    redo: set[str] = field(default_factory=set)
-    caps: dict[str, float] = field(default_factory=dict)  # cap overrides, seconds
-    grace: float = GRACE_S
-
-    def ledger(self, step: str, suffix: str = "json") -> Path:
-        return self.results / "gpu" / f"report_{step}_{slug(self.device)}.{suffix}"
-
-    def stamp(self, step: Step) -> str:
-        return step_stamp(step.depends, self.device, step.packages, step.signature)
-
-    def recorded(self, step: Step, stamp: str) -> str | None:
-        """Why `step` needs no run (its record, with this stamp), or None."""
-        record = read_json(self.ledger(step.name))
-        again = step.resumable and (record or {}).get("status") == "capped"  # it goes on from where it stopped
-        if record and record.get("stamp") == stamp and record.get("status") in RECORDED and not again:
-            return f"{record['status']} on {record['date']}"
-        done = step.adopt(self, stamp) if step.adopt is not None else None
-        if done is not None:  # e.g. `make gpu-check` run alone, passed with this stamp: the check step is done
-            entry = {
-                "kind": "gpu_report_step",
-                "step": step.name,
-                "status": "done",
-                "device": self.device,
-                "date": today(),
-                "commit": self.commit,
-                "stamp": stamp,
-                **done,
-            }
-            write_json(self.ledger(step.name), entry)
-            return f"done on {done.get('date', today())}: {done.get('adopted', '')}"
-        return None
 
 
 def _copy(source: TextIO, log: TextIO) -> None:

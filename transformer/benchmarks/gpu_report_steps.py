@@ -1,5 +1,6 @@
 """The steps of `make gpu-report` (gpu_report.py runs them): each one's command, cap, records and what it depends
-on (its stamp: `stamps.step_stamp`), on a GPU and in the CPU smoke mode (the same scripts with tiny shapes).
+on (its stamp: `stamps.step_stamp`), on a GPU and in the CPU smoke mode (the same scripts with tiny shapes); and the
+`Report` they are run for: where their records go and which of them need no run.
 
 Caps on one GPU, estimates that no run has checked yet (docs/gpu.md#how-the-caps-were-estimated): check 280 s, train
 120 s, decode 120 s, each recipe piece 270 s (3 minutes of training, then its save; data preparation and CUDA's
@@ -16,14 +17,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from transformer.benchmarks.stamps import ROOT, read_json, slug, today, write_json
-
-if TYPE_CHECKING:
-    from transformer.benchmarks.gpu_report import Report
+from transformer.benchmarks.stamps import ROOT, read_json, slug, step_stamp, today, write_json
 
 STEP_NAMES = ("check", "train", "decode", "recipe-pre-ln", "recipe-post-ln")
 PY = sys.executable
@@ -67,6 +64,52 @@ class Step:
     signature: str = ""  # the arguments that change what it measures: part of its stamp
     adopt: Callable[[Report, str], dict | None] | None = None  # a record made outside the report that does for it
     resumable: bool = False  # capped, it goes on from where it stopped when run again: run it again
+
+
+GRACE_S = 10.0  # between SIGTERM and SIGKILL of a step's process group
+RECORDED = ("done", "skipped", "failed", "capped")  # not run again for the same stamp (unless --redo)
+
+
+@dataclass
+class Report:
+    """Where records go, what they belong to, the budget, and what the caller asked to run."""
+
+    results: Path
+    device: str
+    commit: str  # for people; skipping goes by each step's stamp
+    budget: float  # seconds
+    only: set[str] = field(default_factory=set)  # empty: every step
+    redo: set[str] = field(default_factory=set)
+    caps: dict[str, float] = field(default_factory=dict)  # cap overrides, seconds
+    grace: float = GRACE_S
+
+    def ledger(self, step: str, suffix: str = "json") -> Path:
+        return self.results / "gpu" / f"report_{step}_{slug(self.device)}.{suffix}"
+
+    def stamp(self, step: Step) -> str:
+        return step_stamp(step.depends, self.device, step.packages, step.signature)
+
+    def recorded(self, step: Step, stamp: str) -> str | None:
+        """Why `step` needs no run (its record, with this stamp), or None."""
+        record = read_json(self.ledger(step.name))
+        again = step.resumable and (record or {}).get("status") == "capped"  # it goes on from where it stopped
+        if record and record.get("stamp") == stamp and record.get("status") in RECORDED and not again:
+            return f"{record['status']} on {record['date']}"
+        done = step.adopt(self, stamp) if step.adopt is not None else None
+        if done is not None:  # e.g. `make gpu-check` run alone, passed with this stamp: the check step is done
+            entry = {
+                "kind": "gpu_report_step",
+                "step": step.name,
+                "status": "done",
+                "device": self.device,
+                "date": today(),
+                "commit": self.commit,
+                "stamp": stamp,
+                **done,
+            }
+            write_json(self.ledger(step.name), entry)
+            return f"done on {done.get('date', today())}: {done.get('adopted', '')}"
+        return None
 
 
 # ------------------------------------------------------------------------------------------------ check

@@ -37,6 +37,7 @@ from transformer.config import DataConfig, SplitConfig
 from transformer.data.datasets_source import dataset_files, describe_dataset, read_dataset
 from transformer.errors import UserError
 from transformer.fileio import decode_utf8, utf8_lines
+from transformer.paths import check_file
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,6 @@ def _open_binary(path: Path):
     if path.suffix == ".xz":
         return lzma.open(path, "rb")
     return open(path, "rb")
-
-
-def check_file(path: str | Path, what: str) -> Path:
-    from transformer.paths import path_base
-
-    if not Path(path).is_file():
-        raise UserError(f"{what} not found: {path} ({path_base(path)})")
-    return Path(path)
 
 
 BLOCK_BYTES = 1 << 20  # bytes read (and decoded) at a time from a text file

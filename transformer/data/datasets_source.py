@@ -15,6 +15,7 @@ from typing import Any
 
 from transformer.config import DataConfig, SplitConfig
 from transformer.errors import UserError
+from transformer.paths import check_file
 
 log = logging.getLogger(__name__)
 Pairs = tuple[list[str], list[str]]  # (sources, targets), equally long
@@ -36,8 +37,6 @@ def _local_files(data_files: str | list[str] | None) -> list[Path]:
 def open_dataset(split: SplitConfig) -> Any:
     """The `datasets.Dataset` named by `split` (hub, local builder with data_files, or `load_from_disk`)."""
     import datasets  # imported lazily: it is slow to import and only this kind of source needs it
-
-    from transformer.data.corpus import check_file
 
     for path in _local_files(split.data_files):
         check_file(path, "data file")
