@@ -38,6 +38,7 @@ TRAIN_DEPENDS = (
     "transformer/commands/cli.py",
     "scripts/bench_gpu.py",
     "scripts/benchmark.py",
+    "transformer/benchmarks/training.py",
     "configs/base.yaml",
     "configs/big.yaml",
 )

@@ -1,0 +1,225 @@
+"""Training throughput of our Transformer against peers of the same shape (scripts/benchmark.py runs it): the random
+batches, the peers (`nn.Transformer` around our embeddings and output layer; Hugging Face's Marian), one training
+step each, the interleaved timing, and the FLOPs a target token costs (for MFU).
+
+Legend: B batch (sentences), S source length, T target length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer.data.batching import Batch
+from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.model.transformer import Transformer
+from transformer.precision import autocast
+from transformer.training.loss import label_smoothed_loss
+from transformer.training.optim import batch_loss
+
+
+def make_batches(n: int, max_tokens: int, vocab: int, mean_len: int, device: torch.device, seed: int = 0):
+    """Batches of sentences with a common length (as length bucketing gives), each holding ~max_tokens tokens."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        S = int(torch.randint(mean_len // 2, mean_len * 3 // 2, (1,), generator=g))
+        T = S + 2
+        B = max(max_tokens // T, 1)
+        src = torch.randint(4, vocab, (B, S), generator=g)
+        tgt = torch.randint(4, vocab, (B, T + 1), generator=g)
+        batch = Batch(src, tgt[:, :-1], tgt[:, 1:], indices=list(range(B)))  # tgt_index made here, on the host
+        batches.append(batch.to(device))
+    return batches
+
+
+class TorchPeer(nn.Module):
+    """nn.Transformer with the same embeddings (x sqrt(d_model), sinusoids) and tied output as ours."""
+
+    def __init__(self, ours: Transformer, cfg) -> None:
+        super().__init__()
+        self.ours = ours  # embeddings and output projection only
+        self.core = nn.Transformer(
+            d_model=cfg.d_model,
+            nhead=cfg.n_heads,
+            num_encoder_layers=cfg.n_encoder_layers,
+            num_decoder_layers=cfg.n_decoder_layers,
+            dim_feedforward=cfg.d_ff,
+            dropout=cfg.dropout,
+            batch_first=True,
+            norm_first=cfg.norm_first,
+        )
+
+    def forward(self, src, tgt_in):
+        enc, dec = self.ours.encoder, self.ours.decoder
+        x = enc.embed(src)
+        y = dec.embed(tgt_in)
+        T = tgt_in.size(1)
+        mask = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)
+        h = self.core(
+            x,
+            y,
+            tgt_mask=mask,
+            src_key_padding_mask=src == PAD_ID,
+            memory_key_padding_mask=src == PAD_ID,
+            tgt_is_causal=True,
+        )
+        return self.ours.output_proj(h)
+
+
+def marian_peer(cfg, vocab: int):
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=vocab,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        dropout=cfg.dropout,
+        activation_function="relu",
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        max_position_embeddings=1024,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+    )
+    model = MarianMTModel(config)
+
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, src, tgt_in):
+            return self.m(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in).logits
+
+    return Wrapped()
+
+
+def _resident_bytes(model: nn.Module, optimizer) -> int:
+    """Bytes of the model's parameters and the optimizer's state tensors."""
+    tensors = [*model.parameters(), *(t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t))]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class Engine:
+    """A model to train and how: `fused` True/False for our model's loss paths (`optim.batch_loss`: the chunked
+    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`."""
+
+    model: nn.Module
+    fused: bool | None
+
+
+def train_step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
+    """Forward, label-smoothed loss, backward, Adam step."""
+    model = engine.model
+    if engine.fused is None:
+        with autocast(precision, batch.src.device):
+            logits = model(batch.src, batch.tgt_in)
+        loss, _ = label_smoothed_loss(logits, batch.tgt_out, epsilon=0.1, pad_id=PAD_ID)
+    else:
+        loss, _ = batch_loss(model, batch, precision=precision, epsilon=0.1, pad_id=PAD_ID, fused=engine.fused)
+    (loss / batch.n_tgt_tokens).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(engines: dict, batches, precision: str, device: torch.device, warmup: int, rounds: int) -> dict:
+    """Target tokens/s per engine: after `warmup` untimed steps each, `rounds` interleaved rounds over all the
+    batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
+    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}."""
+    state = {}
+    for name, engine in engines.items():
+        kwargs = {"fused": True} if device.type == "cuda" else {}
+        optimizer = torch.optim.Adam(engine.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
+        engine.model.train()
+        for batch in batches[:warmup]:
+            train_step(engine, optimizer, batch, precision)
+        state[name] = optimizer
+    results = {name: {"rounds": [], "peak_mem_gb": None} for name in engines}
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            start = time.perf_counter()
+            for batch in batches[warmup:]:
+                train_step(engine, state[name], batch, precision)
+            if device.type == "cuda":  # this engine's weights and Adam state + its steps' peak (the others idle)
+                torch.cuda.synchronize()
+                peak = (torch.cuda.max_memory_allocated() - before + _resident_bytes(engine.model, state[name])) / 1e9
+                results[name]["peak_mem_gb"] = round(max(peak, results[name]["peak_mem_gb"] or 0.0), 2)
+            tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
+            results[name]["rounds"].append(round(tokens / (time.perf_counter() - start), 1))
+    for result in results.values():
+        result["tokens_per_s"] = statistics.median(result["rounds"])
+    return results
+
+
+def flops_per_token(model: Transformer, cfg, mean_len: int, src_per_tgt: float) -> float:
+    """Training FLOPs per target token: the encoder's work is per source token (`src_per_tgt` of them per target
+    token), the decoder's and the output layer's per target token. Each: 6 x its parameters (forward and backward)
+    + 6 x 2 x length x d_model per layer for the attention scores and values (self-attention over its own length,
+    the decoder's cross-attention over the source's). Embedding lookups cost nothing; a tied output matrix counts
+    once, as the output layer's matrix product."""
+    layers = lambda stack: sum(p.numel() for layer in stack.layers for p in layer.parameters())  # noqa: E731
+    encoder, decoder = layers(model.encoder), layers(model.decoder)
+    output = model.output_proj.weight.numel()
+    attention = 6 * 2 * mean_len * cfg.d_model
+    per_source = 6 * encoder + attention * cfg.n_encoder_layers
+    per_target = 6 * (decoder + output) + attention * 2 * cfg.n_decoder_layers
+    return src_per_tgt * per_source + per_target
+
+
+def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
+    """{JSON name: Engine}: ours with the trainer's settings, then the peers asked for."""
+    new = lambda: Transformer.from_config(cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=PAD_ID)
+    builders = {"ours": lambda: Engine(new(), True)}
+    if "reference" in peers:
+        builders["ours_reference_loss"] = lambda: Engine(new(), False)
+    if "torch" in peers:
+        builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
+    if "marian" in peers:
+        builders["hf_marian"] = lambda: Engine(marian_peer(cfg, args.vocab), None)
+    engines = {}
+    for name, build in builders.items():
+        try:
+            engine = build()
+        except Exception as exc:  # a peer that is missing or breaks under this version: left out, ours stays
+            if name == "ours":
+                raise
+            print(f"{name:<20} skipped ({type(exc).__name__}: {exc})")
+            continue
+        model = engine.model.to(args.device)
+        engine.model = torch.compile(model) if args.compile else model
+        engines[name] = engine
+    return engines
+
+
+def gpu_peak(given: float, device: str) -> tuple[float | None, str | None]:
+    """The GPU's dense bf16 peak: --peak-tflops, else from its name; (None, why) for a GPU we have no figure for."""
+    from transformer.benchmarks.gpu_peaks import peak_tflops
+
+    if given:
+        return given, f"given with --peak-tflops for {device}"
+    found = peak_tflops(device)
+    return found if found else (None, f"no peak known for {device}: pass --peak-tflops")
+
+
+def round_ratios(results: dict) -> dict:
+    """Median over rounds of ours / engine within each round: on a shared machine a round's engines run back to
+    back under much the same load, so this steadier figure goes beside the ratio of the medians."""
+    ours = results["ours"]["rounds"]
+    per_round = lambda k: [a / b for a, b in zip(ours, results[k]["rounds"])]
+    return {f"ours/{k}": round(statistics.median(per_round(k)), 3) for k in results if k != "ours"}
