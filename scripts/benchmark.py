@@ -178,14 +178,7 @@ def decode_main(argv: list[str] | None = None) -> None:
     from transformer.benchmarks import decode as db
 
     args = _decode_parser().parse_args(argv)
-    offered = db.DEVICE_COMPUTES[args.device]
-    computes = (args.computes or ",".join(offered[:2])).split(",")
-    if unknown := [c for c in computes if c not in offered]:
-        raise UserError(
-            f"--computes {','.join(unknown)} is not offered on --device {args.device}: use {', '.join(offered)}"
-        )
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False)")
+    computes = _computes(args, db.DEVICE_COMPUTES[args.device])
     torch.set_num_threads(args.threads)
     model, tokenizer, config, sources, references = db.decode_inputs(
         args.checkpoint, config_path=args.config, vocab=args.vocab, sentences=args.sentences, src_len=args.src_len
@@ -230,6 +223,18 @@ def decode_main(argv: list[str] | None = None) -> None:
                     "engines": engine_results,
                 }
                 _write_decode_record(record, Path(args.out))
+
+
+def _computes(args: argparse.Namespace, offered: tuple[str, ...]) -> list[str]:
+    """--computes (default: the device's first two) checked against what the device offers."""
+    computes = (args.computes or ",".join(offered[:2])).split(",")
+    if unknown := [c for c in computes if c not in offered]:
+        raise UserError(
+            f"--computes {','.join(unknown)} is not offered on --device {args.device}: use {', '.join(offered)}"
+        )
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False)")
+    return computes
 
 
 def _decode_common(args: argparse.Namespace, argv: list[str] | None, shape: str) -> dict:

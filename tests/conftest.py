@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bad_inputs import world  # noqa: F401 (a fixture: the inputs of tests/test_bad_inputs.py and test_real_faults.py)
 
 from transformer.config import ModelConfig
 from transformer.model.transformer import Transformer

@@ -48,19 +48,10 @@ def _vocab(src: bytes, tgt: bytes) -> dict[str, int]:
     return {piece: i for i, piece in enumerate(unique)}
 
 
-def build_marian_dir(folder: Path, *, seed: int = 0, activation: str = "swish", max_length: int = 40) -> Path:
-    """Write the directory; returns it."""
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+def _random_model(vocab: dict[str, int], *, seed: int, activation: str, max_length: int):
+    """A MarianMTModel over `vocab` as OPUS-MT's are configured, its weights random and larger than HF's own."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
-    es, en = corpus()
-    src, tgt = _spm(es, 120), _spm(en, 100)
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = _vocab(src, tgt)
-    files = folder / "_files"
-    files.mkdir()
-    (files / "source.spm").write_bytes(src)
-    (files / "target.spm").write_bytes(tgt)
-    (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     V, pad = len(vocab), vocab["<pad>"]
     config = MarianConfig(
         vocab_size=V,
@@ -98,6 +89,23 @@ def build_marian_dir(folder: Path, *, seed: int = 0, activation: str = "swish", 
         pad_token_id=pad,
         forced_eos_token_id=0,
     )
+    return model
+
+
+def build_marian_dir(folder: Path, *, seed: int = 0, activation: str = "swish", max_length: int = 40) -> Path:
+    """Write the directory; returns it."""
+    from transformers import MarianTokenizer
+
+    es, en = corpus()
+    src, tgt = _spm(es, 120), _spm(en, 100)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _vocab(src, tgt)
+    files = folder / "_files"
+    files.mkdir()
+    (files / "source.spm").write_bytes(src)
+    (files / "target.spm").write_bytes(tgt)
+    (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    model = _random_model(vocab, seed=seed, activation=activation, max_length=max_length)
     model.save_pretrained(folder)
     tok = MarianTokenizer(
         source_spm=str(files / "source.spm"),

@@ -15,9 +15,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
-    out = tmp_path / "demo"
+def _run_demo(out: Path, cache: Path) -> subprocess.CompletedProcess:
+    """scripts/demo.py on the tiny config with a budget of 3 s of training and 2 examples, into `out`."""
     cmd = [
         sys.executable,
         "scripts/demo.py",
@@ -28,7 +27,7 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
         "--time",
         "3s",
         "--set",
-        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.cache_dir={cache}",
         "--set",
         "train.max_steps=0",
         "--examples",
@@ -38,6 +37,49 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _check_the_shipped_model(out: Path, scores: dict, stdout: str) -> None:
+    """The shipped model is the mean of the last 3 checkpoints (a checkpoint every 0.07 of the 3 s), the final one
+    among them; the probe's prediction is printed beside the updates made."""
+    steps = scores["averaged_updates"]
+    assert len(steps) == 3 and steps == sorted(steps) and steps[-1] == scores["updates"]
+    assert f"averaged the checkpoints of updates {', '.join(f'{s:,}' for s in steps)} into " in stdout
+    assert f"the probe predicted {scores['predicted_updates']:,}" in stdout
+    from transformer.checkpoint import average_checkpoints, load_checkpoint
+
+    expected = average_checkpoints([out / f"checkpoint_{s}.pt" for s in steps])["model"]
+    shipped = load_checkpoint(out / "averaged.pt")["model"]
+    assert all(torch.equal(shipped[k], expected[k]) for k in expected)
+
+
+def _check_a_fresh_evaluation(out: Path, scores: dict, hypotheses: str, stdout: str, tmp_path: Path, capsys) -> None:
+    """`transformer-evaluate --checkpoint <out>/averaged.pt` run afresh: the same hypotheses file, scores and
+    signatures, and the same report the demo printed in stage 3."""
+    from transformer.commands.cli import evaluate_main
+
+    assert evaluate_main(["--checkpoint", str(out / "averaged.pt"), "--json", str(tmp_path / "eval.json")]) == 0
+    report = capsys.readouterr().out
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert (out / "averaged.test.hyp").read_text(encoding="utf-8") == hypotheses
+    assert evaluated == {k: v for k, v in scores.items() if k in evaluated}
+    assert set(scores) - set(evaluated) == {
+        "updates",
+        "reason",
+        "train_minutes",
+        "total_minutes",
+        "budget_minutes",
+        "predicted_updates",
+        "averaged_updates",
+    }
+    assert report.strip() in stdout.split("3. Translating")[1]
+
+
+@pytest.mark.slow
+def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
+    out = tmp_path / "demo"
+    result = _run_demo(out, tmp_path / "cache")
     for stage in (
         "1. SentencePiece vocabulary and data (",
         "of 15.0 min left",
@@ -57,41 +99,13 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     hypotheses = (out / "averaged.test.hyp").read_text(encoding="utf-8")
     assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "averaged.test.hyp")
     assert {"averaged.pt", "checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
-    # the shipped model is the mean of the last 3 checkpoints (a checkpoint every 0.07 of the 3 s), the final one
-    # among them; the probe's prediction is printed beside the updates made
-    steps = scores["averaged_updates"]
-    assert len(steps) == 3 and steps == sorted(steps) and steps[-1] == scores["updates"]
-    assert f"averaged the checkpoints of updates {', '.join(f'{s:,}' for s in steps)} into " in result.stdout
-    assert f"the probe predicted {scores['predicted_updates']:,}" in result.stdout
-    from transformer.checkpoint import average_checkpoints, load_checkpoint
-
-    expected = average_checkpoints([out / f"checkpoint_{s}.pt" for s in steps])["model"]
-    shipped = load_checkpoint(out / "averaged.pt")["model"]
-    assert all(torch.equal(shipped[k], expected[k]) for k in expected)
+    _check_the_shipped_model(out, scores, result.stdout)
     # the last lines: BLEU and chrF, as the scores file has them
     assert f"\nBLEU {scores['bleu']:.1f}  {scores['bleu_signature']}\n" in stage_4
     assert f"\nchrF {scores['chrf']:.1f}  {scores['chrf_signature']}\n" in stage_4
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
-    # `transformer-evaluate --checkpoint <out>/averaged.pt` run afresh: the same hypotheses file, scores and
-    # signatures, and the same report the demo printed in stage 3
-    from transformer.commands.cli import evaluate_main
-
-    assert evaluate_main(["--checkpoint", str(out / "averaged.pt"), "--json", str(tmp_path / "eval.json")]) == 0
-    report = capsys.readouterr().out
-    evaluated = json.loads((tmp_path / "eval.json").read_text())
-    assert (out / "averaged.test.hyp").read_text(encoding="utf-8") == hypotheses
-    assert evaluated == {k: v for k, v in scores.items() if k in evaluated}
-    assert set(scores) - set(evaluated) == {
-        "updates",
-        "reason",
-        "train_minutes",
-        "total_minutes",
-        "budget_minutes",
-        "predicted_updates",
-        "averaged_updates",
-    }
-    assert report.strip() in result.stdout.split("3. Translating")[1]
+    _check_a_fresh_evaluation(out, scores, hypotheses, result.stdout, tmp_path, capsys)
 
 
 @pytest.mark.parametrize(

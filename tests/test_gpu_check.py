@@ -194,7 +194,8 @@ def test_a_check_stopped_part_way_goes_on_from_its_record(tmp_path, capsys):
     assert ran == names  # another stamp: nothing carried over
 
 
-# What each path's line must say in the CPU smoke run (tests/test_gpu_report.py's dress rehearsal runs them all).
+# What each path's line must say in the CPU smoke run (the dress rehearsal of tests/test_gpu_report_processes.py runs
+# them all).
 SMOKE_DETAILS = {
     "bf16": "decided on the device",
     "fp16-scaler": "bf16 autocast with a GradScaler forced on",

@@ -83,10 +83,9 @@ def test_checkpoints_to_average_keeps_to_the_save_schedule(tmp_path):
     assert names(checkpoints_to_average(tmp_path, save_every=0, last=2)) == ["checkpoint_40.pt", "checkpoint_43.pt"]
 
 
-@pytest.mark.slow
-def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
-    """Pieces of 15 updates (15, 30, 40), one per call, equal one uninterrupted 40-update run bitwise; the results
-    file holds the average's test scores, which the sacrebleu package reproduces from the hypotheses file."""
+def _run_in_pieces(tmp_path: Path) -> None:
+    """scripts/run_recipe.py in pieces of 15 updates, one per call, into tmp_path/pieces: no results until the last
+    piece (15, 30, 40), which scores the average of the last 2 checkpoints into tmp_path/results."""
     main = _load_script()
     args = [
         "--config",
@@ -111,21 +110,10 @@ def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
     state = json.loads((tmp_path / "pieces/recipe.json").read_text())
     assert [p["step"] for p in state["pieces"]] == [15, 30, 40] and state["done"]
 
-    Trainer(load_config(TINY, _overrides(tmp_path, "whole")), progress=False).run()
-    pieced = load_checkpoint(tmp_path / "pieces/checkpoint_last.pt")["model"]
-    whole = load_checkpoint(tmp_path / "whole/checkpoint_last.pt")["model"]
-    assert all(torch.equal(pieced[k], whole[k]) for k in whole)
-    # the same losses at every update and the same validations: none added where a piece ended
-    metrics = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-    same = lambda m: (m["step"], m.get("loss"), m.get("valid_loss"), m.get("valid_bleu"))
-    assert [same(m) for m in metrics("pieces")] == [same(m) for m in metrics("whole")]
-    assert [m["step"] for m in metrics("pieces") if "valid_loss" in m] == [10, 20, 30, 40]
-    assert sorted(p.name for p in (tmp_path / "pieces").glob("checkpoint_[0-9]*.pt")) == [
-        "checkpoint_20.pt",
-        "checkpoint_30.pt",
-        "checkpoint_40.pt",
-    ]  # the piece that ended at 15 left no numbered checkpoint
 
+def _check_the_results_file(tmp_path: Path) -> None:
+    """The results file holds the average's test scores, which the sacrebleu package reproduces from the
+    hypotheses file."""
     record = json.loads((tmp_path / "results/tiny.json").read_text())
     for key in (
         "kind",
@@ -148,6 +136,28 @@ def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
     references = [line.split("\t")[2] for line in _test_lines(config.data.test.tsv)][:40]
     hypotheses = (tmp_path / "pieces/averaged.test.hyp").read_text(encoding="utf-8").splitlines()
     assert record["test_bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+
+
+@pytest.mark.slow
+def test_recipe_in_pieces_equals_one_run_and_writes_its_results(tmp_path):
+    """Pieces of 15 updates (15, 30, 40), one per call, equal one uninterrupted 40-update run bitwise; the results
+    file holds the average's test scores, which the sacrebleu package reproduces from the hypotheses file."""
+    _run_in_pieces(tmp_path)
+    Trainer(load_config(TINY, _overrides(tmp_path, "whole")), progress=False).run()
+    pieced = load_checkpoint(tmp_path / "pieces/checkpoint_last.pt")["model"]
+    whole = load_checkpoint(tmp_path / "whole/checkpoint_last.pt")["model"]
+    assert all(torch.equal(pieced[k], whole[k]) for k in whole)
+    # the same losses at every update and the same validations: none added where a piece ended
+    metrics = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+    same = lambda m: (m["step"], m.get("loss"), m.get("valid_loss"), m.get("valid_bleu"))
+    assert [same(m) for m in metrics("pieces")] == [same(m) for m in metrics("whole")]
+    assert [m["step"] for m in metrics("pieces") if "valid_loss" in m] == [10, 20, 30, 40]
+    assert sorted(p.name for p in (tmp_path / "pieces").glob("checkpoint_[0-9]*.pt")) == [
+        "checkpoint_20.pt",
+        "checkpoint_30.pt",
+        "checkpoint_40.pt",
+    ]  # the piece that ended at 15 left no numbered checkpoint
+    _check_the_results_file(tmp_path)
 
 
 def _test_lines(path: str) -> list[str]:

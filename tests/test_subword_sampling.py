@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_corpus import hf_cache  # noqa: F401 (autouse)
-from test_data import ROOT, bible_config, cache_digests
+from test_data import bible_config
+from test_data_streaming import ROOT, cache_digests
 from test_trainer import _args, _losses
 
 from transformer.checkpoint import load_checkpoint
