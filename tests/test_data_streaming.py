@@ -272,6 +272,41 @@ def test_uniform_indices_are_distinct_sorted_and_uniform():
     assert len(np.unique(big)) == 50_000 and big.max() < 10**9
 
 
+class CountingRng:
+    """A numpy Generator that counts its `integers` calls: one call is one pass of `uniform_indices`."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng, self.passes = np.random.default_rng(seed), 0
+
+    def integers(self, *args, **kwargs):
+        self.passes += 1
+        return self.rng.integers(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "n, k, most_passes",
+    [(100_001, 100_000, 1), (20_001, 20_000, 1), (200_000, 100_000, 4), (200_000, 100_001, 4), (10, 10, 0), (7, 0, 0)],
+)
+def test_uniform_indices_near_and_past_half_take_few_passes(n, k, most_passes):
+    """k = n - 1 drew one index to leave out (it took minutes when it searched for the last free values); at k = n/2
+    each pass draws what is missing scaled by the free share, so the passes stay few; k = n and k = 0 draw nothing."""
+    rng = CountingRng(3)
+    picks = data_module.uniform_indices(n, k, rng)
+    assert len(picks) == k and len(np.unique(picks)) == k and (k == 0 or (picks.min() >= 0 and picks.max() < n))
+    assert (np.diff(picks) > 0).all() and rng.passes <= most_passes
+
+
+def test_uniform_indices_past_half_are_uniform_over_subsets():
+    """Past half the indices are the complement of a uniform draw: each of the C(6, 4) = 15 subsets about equally
+    often (20,000 draws: 1,333 expected each)."""
+    rng = np.random.default_rng(1)
+    picks = [tuple(data_module.uniform_indices(6, 4, rng).tolist()) for _ in range(20_000)]
+    counts = np.unique(picks, axis=0, return_counts=True)[1]
+    assert len(counts) == 15 and counts.min() > 1150 and counts.max() < 1520
+    with pytest.raises(ValueError):
+        data_module.uniform_indices(3, 4, rng)
+
+
 def test_the_tokenizer_sample_is_all_below_its_size_and_a_seeded_sample_above(monkeypatch):
     src = [f"fuente {i}" if i % 7 else "" for i in range(1000)]  # one in seven empty, not sampled
     tgt = [f"target {i}" for i in range(1000)]

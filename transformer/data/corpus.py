@@ -195,7 +195,9 @@ def load_pairs(split: SplitConfig, data: DataConfig) -> Pairs:
 
 def weighted_sample(count: int, weight: float, seed: int) -> np.ndarray:
     """The sorted indices of the (weight - int(weight)) share of a corpus of `count` pairs drawn for one epoch,
-    without replacement, with `seed` (8 bytes an index drawn)."""
+    without replacement, with `seed`. Memory: numpy's `choice` shuffles a table of all `count` indices (8 bytes a
+    pair of the corpus) once the share is over 1/50 of it, else uses Floyd's algorithm (a few times 8 bytes an index
+    drawn); either way one int64 array of the result."""
     extra = round((weight - int(weight)) * count)
     return np.sort(np.random.default_rng(seed).choice(count, size=extra, replace=False))
 

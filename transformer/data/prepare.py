@@ -219,11 +219,25 @@ def sample_sentences(
 
 
 def uniform_indices(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """(k,) sorted int64: k distinct indices in [0, n) drawn uniformly (the first k distinct values of a stream of
-    uniform draws, so every k-subset is equally likely), in O(k) memory."""
+    """(k,) sorted int64: k distinct indices in [0, n) drawn uniformly, every k-subset equally likely, in O(k) memory
+    and a bounded number of passes.
+
+    Up to half of [0, n): the first k distinct values of a stream of uniform draws; each pass draws what is missing,
+    scaled up by the share of values still free, so the passes stay few (about two) however close k is to n / 2.
+    Past half: the complement, n - k indices drawn the same way, is left out (a uniform (n - k)-subset left out is a
+    uniform k-subset kept), so k = n - 1 costs one draw, not a search for the last free values.
+    """
+    if not 0 <= k <= n:
+        raise ValueError(f"cannot draw {k} distinct indices from {n}")
+    if 2 * k > n:
+        left_out = uniform_indices(n, n - k, rng)
+        keep = np.ones(n, dtype=bool)
+        keep[left_out] = False
+        return np.flatnonzero(keep).astype(np.int64)
     chosen = np.empty(0, dtype=np.int64)
     while len(chosen) < k:
-        draws = np.concatenate([chosen, rng.integers(0, n, size=(k - len(chosen)) * 11 // 10 + 16)])
+        missing, free = k - len(chosen), n - len(chosen)
+        draws = np.concatenate([chosen, rng.integers(0, n, size=missing * 11 * n // (10 * free) + 16)])
         _, first = np.unique(draws, return_index=True)
         chosen = draws[np.sort(first)][:k]
     return np.sort(chosen)
