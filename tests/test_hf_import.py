@@ -5,6 +5,7 @@ MarianTokenizer; and the export's round trips."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -113,6 +114,45 @@ def test_search_is_token_identical_to_generate(imported, beams):
     assert tok.decode_tgt(ours) == texts
 
 
+@pytest.mark.parametrize(
+    "generation, min_len",
+    [({"min_length": 9}, 8), ({"min_new_tokens": 6}, 6), ({"min_length": 4, "min_new_tokens": 6}, 6)],
+)
+def test_minimum_lengths_are_imported_as_generate_applies_them(imported, tmp_path, generation, min_len):
+    """HF bans EOS while the decoder's input, its start token included, is shorter than min_length, and while fewer
+    than min_new_tokens are new: greedy search with the imported settings is token-identical to `generate` with
+    them (the random model ends most lines within a few tokens, so the minimum decides where they end)."""
+    folder = shutil.copytree(imported[0], tmp_path / "copy")
+    settings = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**settings, **generation, "num_beams": 1}))
+    import_checkpoint(folder, tmp_path / "min.pt")
+    model, tok, config = build_model(load_checkpoint(tmp_path / "min.pt"))
+    assert config.decode.min_len == min_len
+    _, hf, hf_tok, _, _, _, _, order = imported
+    batch = hf_tok(SENTENCES[:12], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = hf.generate(
+            **batch,
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            bad_words_ids=[[hf.config.pad_token_id]],
+            forced_eos_token_id=None,
+            **generation,
+        ).tolist()
+    rows = tok.encode_src(SENTENCES[:12])
+    src = torch.full((len(rows), max(map(len, rows))), model.pad_id)
+    for b, ids in enumerate(rows):
+        src[b, : len(ids)] = torch.tensor(ids)
+    settings = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_NEW, min_len=config.decode.min_len)
+    with torch.no_grad():
+        ours = generate(model, src, make_pad_mask(src, model.pad_id), settings, bos_id=tok.bos_id, eos_id=EOS_ID)
+    specials = {hf.config.pad_token_id, hf.config.eos_token_id}
+    assert [[order[i].item() for i in h[0].tokens] for h in ours] == [
+        [i for i in r if i not in specials] for r in theirs
+    ]
+
+
 def test_round_trip_ours_export_import_is_bit_identical(imported, tmp_path):
     _, _, _, ckpt, model, tok, _, _ = imported
     export_checkpoint(ckpt, "hf", tmp_path / "exported")
@@ -169,6 +209,16 @@ def _run_import(folder: Path, out: Path, capsys) -> tuple[int, str]:
         (lambda d: _edit_config(d, decoder_ffn_dim=32), "decoder_ffn_dim"),
         (lambda d: _edit_config(d, activation_function="gelu_new"), "activation_function"),
         (lambda d: _edit_config(d, share_encoder_decoder_embeddings=False), "separate encoder and decoder"),
+        (lambda d: _edit_config(d, encoder_layers=0), "encoder_layers 0; each must be at least 1"),
+        (lambda d: (d / "config.json").write_text("[" * 100_000), "config.json is not readable JSON"),
+        (lambda d: _garble_header(d, 2**62), "is not a safetensors file"),
+        (lambda d: _garble_header(d, 17), "is not a safetensors file"),
+        (lambda d: _edit_weights(d, "model.encoder.layers.0.fc1.weight", lambda w: w[:, :-2]), "has shape"),
+        (lambda d: _edit_weights(d, "model.decoder.layers.0.fc2.bias", lambda w: w[:1]), "has shape (1,)"),
+        (lambda d: _edit_weights(d, "model.encoder.layers.0.fc1.bias", lambda w: w.long()), "not floating-point"),
+        (lambda d: _edit_weights(d, "model.decoder.layers.0.fc1.bias", None), "have no model.decoder.layers.0.fc1"),
+        (lambda d: _pickle_instead_of_tensors(d, argparse.Namespace(a=1)), "is not a plain tensor file"),
+        (lambda d: _pickle_instead_of_tensors(d, {"weights": [1, 2]}), "is not names to tensors"),
     ],
 )
 def test_bad_directories_are_one_line_exit_2(imported, tmp_path, capsys, damage, expected):
@@ -177,6 +227,31 @@ def test_bad_directories_are_one_line_exit_2(imported, tmp_path, capsys, damage,
     code, err = _run_import(folder, tmp_path / "out.pt", capsys)
     assert code == 2 and expected in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out.pt").exists()
+
+
+def _garble_header(folder: Path, length: int) -> None:
+    """model.safetensors with its 8-byte header length replaced: absurd, or pointing into the header's JSON."""
+    path = folder / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(length.to_bytes(8, "little") + data[8:])
+
+
+def _edit_weights(folder: Path, name: str, change) -> None:
+    """model.safetensors with tensor `name` changed by `change` (None: removed)."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    if change is None:
+        del weights[name]
+    else:
+        weights[name] = change(weights[name]).contiguous()
+    save_file(weights, folder / "model.safetensors")
+
+
+def _pickle_instead_of_tensors(folder: Path, value) -> None:
+    """pytorch_model.bin (read when there is no model.safetensors) holding `value`, not a mapping to tensors."""
+    (folder / "model.safetensors").unlink()
+    torch.save(value, folder / "pytorch_model.bin")
 
 
 def _edit_config(folder: Path, **changes) -> None:

@@ -20,6 +20,11 @@ Decisions (docs/importing.md has the whole mapping):
   `scale_embedding: false` -> `model.scale_embedding: false`; untied `lm_head` -> `model.tie_output: false`.
 - Refused, one line each: not Marian, a missing file, and shapes we cannot represent (different encoder and
   decoder widths or heads, separate encoder/decoder embeddings, another activation, an extra LayerNorm).
+- Trusted nothing: every file's format is checked as it is read (JSON, safetensors, a torch file loaded with
+  weights_only), and every tensor's name, shape and dtype against the model config.json describes, before the
+  model is built or anything is written (`check_weights`).
+- Generation settings as Hugging Face applies them: `max_new_tokens`, else `max_length` less the decoder's start
+  token; `min_length` less the start token, or `min_new_tokens`, whichever bans EOS longer.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ REQUIRED = (
 def _read_json(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not readable JSON ({str(exc)[:120]})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise UserError(f"{path} is not readable JSON ({str(exc)[:120] or type(exc).__name__})") from None
     if not isinstance(value, dict):
         raise UserError(f"{path} does not hold a JSON object")
     return value
@@ -69,8 +74,10 @@ def read_marian_config(folder: Path) -> dict:
     c = _read_json(folder / "config.json")
     kind = c.get("model_type")
     _need(kind == "marian", f"{folder} holds a {kind!r} model, not Marian (model_type 'marian'): cannot import it")
-    missing = [key for key in REQUIRED if not isinstance(c.get(key), int)]
+    missing = [key for key in REQUIRED if not isinstance(c.get(key), int) or isinstance(c.get(key), bool)]
     _need(not missing, f"{folder}/config.json has no integer {', '.join(missing)}: not a complete Marian config")
+    below = [f"{key} {c[key]}" for key in REQUIRED if c[key] < 1]
+    _need(not below, f"{folder}/config.json: {', '.join(below)}; each must be at least 1")
     pairs = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
     for enc, dec in pairs:
         _need(
@@ -95,14 +102,73 @@ def read_marian_config(folder: Path) -> dict:
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors (or pytorch_model.bin, read with weights_only), with HF's names."""
-    if (folder / "model.safetensors").is_file():
+    """model.safetensors (or pytorch_model.bin, read with weights_only), with HF's names: a file that is not what
+    its name says (a garbled header, an absurd header length, a pickle of anything but tensors) is a `UserError`."""
+    if (path := folder / "model.safetensors").is_file():
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(folder / "model.safetensors")
-    if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise UserError(f"{folder} has no model.safetensors or pytorch_model.bin: the weights are missing")
+        reader, kind, errors = load_file, "a safetensors file", (SafetensorError, OSError, ValueError, RuntimeError)
+    elif (path := folder / "pytorch_model.bin").is_file():
+        reader = lambda p: torch.load(p, map_location="cpu", weights_only=True)  # noqa: E731  nothing is executed
+        # UnpicklingError (anything but tensors: weights_only executed nothing), a truncated or garbled zip, ...
+        kind, errors = "a plain tensor file (torch.load weights_only)", (Exception,)
+    else:
+        raise UserError(f"{folder} has no model.safetensors or pytorch_model.bin: the weights are missing")
+    try:
+        weights = reader(path)
+    except errors as exc:
+        raise UserError(f"{path} is not {kind}: {type(exc).__name__}: {str(exc)[:120]}") from None
+    named = isinstance(weights, dict) and all(isinstance(k, str) for k in weights)
+    _need(named and all(isinstance(v, torch.Tensor) for v in weights.values()), f"{path} is not names to tensors")
+    return weights
+
+
+def expected_shapes(c: dict) -> dict[str, tuple[int, ...]]:
+    """Every HF tensor name the import reads or checks, with the shape config.json gives it."""
+    V, D, F, L = c["vocab_size"], c["d_model"], c["encoder_ffn_dim"], c["max_position_embeddings"]
+    shapes = {name: (V, D) for name in ("model.shared.weight", "lm_head.weight")}
+    shapes |= {f"model.{s}.embed_tokens.weight": (V, D) for s in ("encoder", "decoder")}
+    shapes |= {f"model.{s}.embed_positions.weight": (L, D) for s in ("encoder", "decoder")}
+    shapes["final_logits_bias"] = (1, V)
+    blocks = {"encoder": ["self_attn"], "decoder": ["self_attn", "encoder_attn"]}
+    for name in ("encoder", "decoder"):
+        for i in range(c[f"{name}_layers"]):
+            p = f"model.{name}.layers.{i}"
+            for block in blocks[name]:
+                shapes |= {f"{p}.{block}.{x}_proj.weight": (D, D) for x in ("q", "k", "v", "out")}
+                shapes |= {f"{p}.{block}.{x}_proj.bias": (D,) for x in ("q", "k", "v", "out")}
+                shapes |= {f"{p}.{block}_layer_norm.{w}": (D,) for w in ("weight", "bias")}
+            shapes |= {
+                f"{p}.fc1.weight": (F, D),
+                f"{p}.fc1.bias": (F,),
+                f"{p}.fc2.weight": (D, F),
+                f"{p}.fc2.bias": (D,),
+            }
+            shapes |= {f"{p}.final_layer_norm.{w}": (D,) for w in ("weight", "bias")}
+    return shapes
+
+
+def check_weights(weights: dict[str, torch.Tensor], c: dict, folder: Path) -> None:
+    """Every tensor's name, shape and dtype against the model config.json describes, before anything is copied:
+    no name without a place, none of another shape (`copy_` would broadcast a (1,) bias), none that is not floating
+    point, and none missing that the model needs."""
+    shapes = expected_shapes(c)
+    extra = sorted(set(weights) - set(shapes))
+    _need(not extra, f"{folder}: weights this project's model has no place for ({', '.join(extra[:3])})")
+    for name, tensor in weights.items():
+        _need(
+            tuple(tensor.shape) == shapes[name],
+            f"{folder}: {name} has shape {tuple(tensor.shape)}, config.json gives {shapes[name]}; cannot import it",
+        )
+        _need(tensor.is_floating_point(), f"{folder}: {name} holds {tensor.dtype}, not floating-point weights")
+    optional = {"final_logits_bias", "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}
+    optional |= {f"model.{s}.embed_tokens.weight" for s in ("encoder", "decoder")}
+    optional |= {"lm_head.weight"} if c.get("tie_word_embeddings", True) else set()
+    if "model.encoder.embed_tokens.weight" in weights:
+        optional.add("model.shared.weight")
+    missing = sorted(set(shapes) - optional - set(weights))
+    _need(not missing, f"{folder}: the weights have no {', '.join(missing[:3])}; not a complete Marian model")
 
 
 def id_order(c: dict, vocab: dict[str, int], folder: Path) -> tuple[list[int], int]:
@@ -133,13 +199,16 @@ def _generation(folder: Path, c: dict) -> dict:
     get = lambda key, default: g.get(key, c.get(key, default))  # noqa: E731
     max_length = get("max_new_tokens", None) or get("max_length", 20) - 1  # HF counts the decoder start
     beams = get("num_beams", 1)
+    # HF bans EOS while the decoder's input (its start token included) is shorter than min_length, and while fewer
+    # than min_new_tokens tokens are new: both count here as output tokens, the start token not among them.
+    min_len = max(int(get("min_length", 0) or 0) - 1, int(get("min_new_tokens", 0) or 0), 0)
     return dict(
         beam_size=beams,
         length_penalty="fairseq",
         alpha=float(get("length_penalty", 1.0)),
         max_len_a=0.0,
         max_len_b=int(max_length),
-        min_len=int(get("min_length", 0)),
+        min_len=min_len,
         nbest=1,
     )
 
@@ -232,7 +301,6 @@ def load_marian_weights(model, weights: dict, order: torch.Tensor, c: dict, fold
     P_inv = torch.argsort(hf_permutation(c["d_model"]))
     rows = lambda t: t.float()[P_inv]  # noqa: E731  writes the residual stream: (D, ...) or (D,)
     cols = lambda t: t.float()[:, P_inv]  # noqa: E731  reads it: (..., D)
-    known = {k for k in weights if not k.endswith("embed_positions.weight")}
     try:
         with torch.no_grad():
             shared = weights.get("model.shared.weight", weights.get("model.encoder.embed_tokens.weight"))
@@ -254,34 +322,9 @@ def load_marian_weights(model, weights: dict, order: torch.Tensor, c: dict, fold
                 model.output_proj.weight.copy_(cols(weights["lm_head.weight"])[order])
             if model.output_proj.bias is not None:
                 model.output_proj.bias.copy_(weights["final_logits_bias"].float()[0, order])
-    except KeyError as exc:
-        raise UserError(f"{folder}: the weights have no {exc.args[0]}; not a complete Marian model") from None
-    except RuntimeError as exc:  # a tensor of another shape than config.json says
-        raise UserError(f"{folder}: a weight's shape does not match config.json ({str(exc)[:150]})") from None
-    used = _names(model, c)
-    extra = sorted(known - used)
-    _need(not extra, f"{folder}: weights this project's model has no place for ({', '.join(extra[:3])})")
+    except (KeyError, RuntimeError, IndexError) as exc:  # check_weights found none of these; a guard
+        raise UserError(f"{folder}: the weights do not fit config.json ({type(exc).__name__}: {exc})") from None
     _check_positions(weights, c, folder)
-
-
-def _names(model, c: dict) -> set[str]:
-    """The HF names `load_marian_weights` reads (the rest would be lost)."""
-    names = {
-        "model.shared.weight",
-        "model.encoder.embed_tokens.weight",
-        "model.decoder.embed_tokens.weight",
-        "lm_head.weight",
-        "final_logits_bias",
-    }
-    blocks = {"encoder": ["self_attn"], "decoder": ["self_attn", "encoder_attn"]}
-    for name, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
-        for i in range(len(stack.layers)):
-            p = f"model.{name}.layers.{i}"
-            for block in blocks[name]:
-                names |= {f"{p}.{block}.{x}_proj.{w}" for x in ("q", "k", "v", "out") for w in ("weight", "bias")}
-                names |= {f"{p}.{block}_layer_norm.{w}" for w in ("weight", "bias")}
-            names |= {f"{p}.{x}.{w}" for x in ("fc1", "fc2", "final_layer_norm") for w in ("weight", "bias")}
-    return names
 
 
 def import_marian(folder: str | Path) -> dict:
@@ -292,6 +335,7 @@ def import_marian(folder: str | Path) -> dict:
     c = read_marian_config(folder)
     tokenizer, order = read_tokenizer(folder, c)
     weights = read_weights(folder)
+    check_weights(weights, c, folder)
     config = _config(folder, c, weights)
     V = len(order)
     model = Transformer.from_config(config.model, src_vocab_size=V, tgt_vocab_size=V, pad_id=PAD_ID)
