@@ -39,7 +39,7 @@ def test_one_result_per_line_in_order(loaded, caplog):
 
 def test_truncated_line_keeps_eos_last(loaded):
     model, tokenizer, config, _ = loaded
-    ids = translator_module._truncate(tokenizer.encode_src([LONG])[0], model.max_positions, 1)
+    ids = translator_module.truncate_source(tokenizer.encode_src([LONG])[0], model.max_positions, 1)
     assert len(ids) == model.max_positions and ids[-1] == 3
 
 
