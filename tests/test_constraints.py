@@ -1,5 +1,6 @@
 """Lexical constraints by dynamic beam allocation (decoding/constraints.py): the phrase automaton against a plain
-substring check, and the search against brute force over every constrained sequence of a tiny vocabulary."""
+substring check, the search against brute force over every constrained sequence of a tiny vocabulary, and the
+vectorised control against the plain one, row by row (tests/constraints_oracle.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import random
 import pytest
 import torch
 from conftest import EOS, PAD, tiny_model
+from constraints_oracle import PlainLexicalConstraints
 from test_controls import brute_force
-from test_decoding import IDS, beam_search, one_source, random_model
+from test_decoding import IDS, ScriptedModel, beam_search, one_source, random_model
+from test_phrases import overlapping_phrases
 
 from transformer.config import DecodeConfig
 from transformer.decoding.constraints import START, LexicalConstraints, Phrases
-from transformer.decoding.controls import Controls, TargetPrefix
+from transformer.decoding.controls import Controls, NoRepeatNgram, TargetPrefix
 from transformer.decoding.interface import CandidateSelector, SearchControl
 from transformer.model.attention import make_pad_mask
 
@@ -113,3 +116,40 @@ def test_constrained_sentences_batched_with_free_ones_and_a_prefix():
     for hyps, sentence_phrases in zip(out, phrases):
         assert all(contains(h.tokens, p) for h in hyps for p in sentence_phrases)
     assert all(h.tokens[:2] == [13, 14] for h in out[2])
+
+
+def vectorised_cases():
+    """(seed, phrases, prefixes, limit, beam, n) for a batch of three sentences over {1, 4, 5}: phrases that share
+    pieces and overlap, a sentence without any, prefixes, tight limits, beams 2 to 10, n-gram blocking or not."""
+    rng = random.Random(2)
+    for seed in range(40):
+        phrases = [overlapping_phrases(rng, (1, 4, 5)), [], overlapping_phrases(rng, (1, 4, 5))]
+        prefixes = [[rng.choice([1, 4, 5]) for _ in range(rng.randint(0, 2))] for _ in phrases]
+        yield seed, phrases, prefixes, rng.randint(2, 6), rng.choice([2, 3, 5, 10]), rng.choice([0, 0, 1, 2])
+
+
+def tied_model(seed: int) -> ScriptedModel:
+    """Random distributions of two weights, so that candidates often tie: their order must be kept too."""
+
+    def dist(source, prefix):
+        weights = [random.Random(hash((seed, source, prefix, v))).choice([1, 2]) for v in range(6)]
+        return [w / sum(weights) for w in weights]
+
+    return ScriptedModel(dist, 6)
+
+
+@pytest.mark.parametrize("seed, phrases, prefixes, limit, beam, n", list(vectorised_cases()))
+def test_the_vectorised_control_searches_as_the_plain_one_row_by_row(seed, phrases, prefixes, limit, beam, n):
+    """The same n-best, tokens and scores exactly, as tests/constraints_oracle.py's control (the state a Python
+    object per row, the candidates allocated sentence by sentence), with prefixes and repetition blocking beside."""
+    model = random_model(seed=seed) if seed % 2 else tied_model(seed)
+    src = torch.tensor([[4, 5, EOS], [5, 4, EOS], [1, EOS, PAD]])
+    mask = make_pad_mask(src, PAD)
+    found = []
+    for control in (LexicalConstraints, PlainLexicalConstraints):
+        blocking = [NoRepeatNgram(n)] if n else []
+        controls = Controls([TargetPrefix(prefixes), control(phrases, eos_id=EOS, limits=[limit] * 3), *blocking])
+        settings = dict(beam_size=beam, nbest=beam, max_len_a=0, max_len_b=limit)
+        hyps = beam_search(model, src, mask, controls=controls, **settings, **IDS)
+        found.append([[(h.tokens, h.score, h.log_prob) for h in sentence] for sentence in hyps])
+    assert found[0] == found[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 import tiny_checkpoint
@@ -158,3 +159,69 @@ def test_cli_bad_constraints_file_exit_2(tiny, capsys, tmp_path, content, messag
 def test_cli_missing_prefix_file_exit_2(tiny, capsys, tmp_path):
     code, _, err = run(capsys, tmp_path, "--checkpoint", tiny["checkpoint"], "--prefix-file", tmp_path / "no", "a")
     assert code == 2 and "--prefix-file: file not found" in err and err.count("\n") == 1
+
+
+def test_a_prefix_that_holds_overlapping_phrases_and_a_tight_length_still_translates(tiny, caplog):
+    """Prefix "the cat sat" holds "the cat" and "cat sat", but they share "cat": "cat sat" needs pieces of its own,
+    more than the maximum length leaves. The feasibility check once counted both met and the search then ended with
+    no hypothesis (an IndexError); now the line is decoded without them, says so, and names the phrase unmet."""
+    t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=3, max_len_a=0, max_len_b=8)
+    pieces = t.tokenizer.encode_tgt(["the cat sat", "the cat", "cat sat"])
+    assert pieces[0][: len(pieces[1])] == pieces[1] and pieces[0][-len(pieces[2]) :] == pieces[2]  # they overlap
+    with caplog.at_level(logging.WARNING):
+        [hyps] = t.translate(["a dog"], nbest=2, prefix=["the cat sat"], constraints=[["the cat", "cat sat"]])
+    assert hyps and all(starts_with(h.tokens, pieces[0]) for h in hyps)
+    assert all(h.relaxed == ("constraints",) and h.unmet == ("cat sat",) for h in hyps)
+    assert "line 1: the constraints need at least" in caplog.text and "decoded without them" in caplog.text
+
+
+def test_conflicting_controls_are_relaxed_and_reported_per_line(tiny, caplog):
+    """Prefix "the the" under no_repeat_ngram_size 1: blocking forbade the prefix's second piece and the line had no
+    hypothesis; now blocking is set aside for that line alone, with a warning naming it. Met constraints report
+    nothing unmet; dropped ones name what the output lacks."""
+    t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=4, max_len_b=6, no_repeat_ngram_size=1)
+    lines, prefixes = ["the cat", "a dog", "the mat"], ["the the", "", "a"]
+    constraints = [[], ["dog"], ["big red small old dog house mat"]]
+    with caplog.at_level(logging.WARNING):
+        results = t.translate(lines, nbest=2, prefix=prefixes, constraints=constraints)
+    the = t.tokenizer.encode_tgt(["the"])[0]
+    assert all(starts_with(h.tokens, the + the) and h.relaxed == ("no_repeat_ngram_size",) for h in results[0])
+    assert all(h.relaxed == () and h.unmet == () for h in results[1])
+    assert all(h.relaxed == ("constraints",) and h.unmet == (constraints[2][0],) for h in results[2])
+    assert "line 1: no translation met every control of the search: translated without repetition blocking" in (
+        caplog.text
+    )
+    assert "line 2" not in caplog.text and "line 3: the constraints need" in caplog.text
+
+
+def test_cli_warns_of_relaxed_lines_and_writes_every_line(tiny, capsys, tmp_path):
+    (tmp_path / "in.txt").write_text("the cat\na dog\n", encoding="utf-8")
+    (tmp_path / "prefix.txt").write_text("the the\n\n", encoding="utf-8")
+    argv = ["--checkpoint", tiny["checkpoint"], "--device", "cpu", "--input", tmp_path / "in.txt", "--beam", 3]
+    code, out, err = run(capsys, tmp_path, *argv, "--prefix-file", tmp_path / "prefix.txt", "--no-repeat-ngram-size", 1)
+    assert code == 0 and len(out) == 2 and out[0].startswith("the the")
+    assert "line 1: no translation met every control" in err and "line 2" not in err
+
+
+def test_cli_constraints_nested_past_the_recursion_limit_exit_2(tiny, capsys, tmp_path):
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    (tmp_path / "c.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    argv = ["--checkpoint", tiny["checkpoint"], "--device", "cpu", "--input", tmp_path / "in.txt", "--beam", 2]
+    code, out, err = run(capsys, tmp_path, *argv, "--constraints-file", tmp_path / "c.jsonl")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "c.jsonl line 1: JSON nested too deep to read" in err
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (dict(constraints=[["\ud800"]]), "lone surrogate"),
+        (dict(prefix=["a\udfff"]), "lone surrogate"),
+        (dict(prefix=[None]), "prefix for input line 1: give a string"),
+        (dict(constraints=[[["x"] * 50]]), "give a list of phrases (strings), got [['x', 'x', 'x', 'x', ...]]"),
+    ],
+)
+def test_api_refuses_prefixes_and_phrases_that_are_not_text(tiny, call, message):
+    t = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=2)
+    with pytest.raises(UserError, match=re.escape(message)):
+        t.translate(["the cat"], **call)

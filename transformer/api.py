@@ -17,6 +17,9 @@ length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as th
 `precision` (default: the checkpoint's `decode.precision`) follows the one rule of precision.py.
 `int8=True` (CPU only) runs the Linear layers in int8 through PyTorch's dynamic quantization (cpu_linear.py).
 Several checkpoints (ensemble.py) must share one tokenizer; the first one's settings apply.
+Every line gets a translation: where its prefix, constraints and repetition blocking conflict, they are set aside in
+order (decoding/relaxation.py), with a warning, and each `Translation` names them (`relaxed`) and the phrases it
+lacks (`unmet`).
 """
 
 from __future__ import annotations

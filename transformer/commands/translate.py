@@ -97,6 +97,10 @@ def _constraint_lists(path: str) -> Iterator[list]:
             raise UserError(
                 f'{path} line {number}: not JSON ({exc.msg}); write a list of phrases, e.g. ["the house"]'
             ) from None
+        except RecursionError:  # brackets nested past Python's recursion limit
+            raise UserError(
+                f'{path} line {number}: JSON nested too deep to read; write a list of phrases, e.g. ["the house"]'
+            ) from None
         if not isinstance(phrases, list):
             raise UserError(f'{path} line {number}: not a JSON list of phrases; write e.g. ["the house"] or []')
         yield phrases

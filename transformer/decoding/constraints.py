@@ -4,13 +4,14 @@ NAACL), with the candidates arranged as in Hu et al. 2019 ("Improved Lexically C
 Translation and Monolingual Rewriting", NAACL), whose vectorized version fairseq's `LexicallyConstrainedBeamSearch`
 is. A search control (controls.py) with its own candidate selection (interface.py's `CandidateSelector`).
 
-Legend: B batch (sentences), V vocabulary, K beams per sentence, N = B*K rows.
+Legend: B batch (sentences), V vocabulary, K beams per sentence, N = B*K rows, P phrases (at most, per sentence),
+C moves (at most, per automaton node), M candidates listed per sentence.
 
 How:
-- Each row keeps a `ConstraintState`: which phrases its history has met, and the phrase it is in the middle of
-  (how many of its pieces match the history's end). A piece that does not continue that phrase falls back to the
-  longest end of the history that begins an unmet phrase (as a KMP automaton does). The constraints are met in any
-  order, each once; two phrases that overlap in the output count as one met (their pieces are not shared).
+- Each row follows its sentence's phrases with the automaton of phrases.py, the one definition of a phrase met
+  (each once, on pieces of its own, in any order). The automata of a batch are flat tensors (`Automata`) and each
+  row's state is two tensors, its node (N,) and the phrases it met (N, P), so that one step advances every row at
+  once, with no Python loop over the rows.
 - A row may end (EOS) only once every phrase is met: `mask` forbids EOS before. Given the sentences' maximum
   output lengths (`limits`), `mask` also keeps a row from ending at that length unmet: a row with exactly as many
   steps left as unmet constraint pieces may only advance a phrase, a row with fewer is dropped (-inf). The first
@@ -19,169 +20,227 @@ How:
   hypothesis's best next piece, and each hypothesis's pieces that advance an unmet phrase. A candidate's bank is
   the number of constraint pieces met once it is taken. Candidates are sorted by bank, then by score, and dealt
   round robin over the banks, from the fullest bank down (Hu et al.'s "stripes"), so every bank keeps places in the
-  beam; beam search keeps the first K that are not EOS and finishes an EOS among the first K (search.py).
+  beam; beam search keeps the first K that are not EOS and finishes an EOS among the first K (search.py). This
+  too runs on all the sentences with constraints at once (stable sorts: equal scores keep the order listed).
 - A sentence without constraints gets the plain top 2K, unchanged.
 - The banks share the beam, so K must be wider than for plain search (Post & Vilar: larger than the constraint
   pieces; they decode with beams of 10 to 20): the translator searches the sentences with constraints apart, with
   a beam of max(beam_size, decode.constraint_beam_size) (translator.py's `_search_groups`).
-- Feasibility (whether the phrases fit the maximum output length) is checked by the caller (translator.py), which
-  reports the sentences whose phrases cannot fit; a search that reaches the maximum length before meeting them
-  all ends as it is (search.py), and the caller reports it.
+- Feasibility (whether the phrases fit the maximum output length, after the target prefix) is checked by the
+  caller with `Phrases.fits`, which walks the prefix under the same budget as `mask` (steering.py): a sentence that
+  passes it keeps a hypothesis. A search that still ends with none (repetition blocking forbade the only pieces
+  left) is searched again with its controls relaxed (relaxation.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import torch
 
 from transformer.decoding.candidates import top_candidates
 from transformer.decoding.controls import RowSentences
+from transformer.decoding.phrases import START, ConstraintState, Phrases
+
+__all__ = ["START", "Automata", "ConstraintState", "LexicalConstraints", "Phrases"]
 
 NEG_INF = float("-inf")
+NO_LIMIT = 2**62  # the steps left of a sentence given no maximum length
+LAST = 2**62  # a sort key after every stripe
+MOVE_FIELDS = ("phrase", "piece", "next", "done", "full", "continues")
 
 
-class ConstraintState(NamedTuple):
-    met: int  # bit i set: phrase i is in the history
-    phrase: int  # the phrase in progress, -1 for none
-    matched: int  # how many of its pieces end the history
+def _flat_moves(sets: Sequence[Phrases]) -> tuple[dict[str, list], dict[str, list]]:
+    """The nodes and moves of every sentence's automaton, numbered through the batch (see `Automata`)."""
+    nodes: dict[str, list] = {"root": [], "matched": [], "first": [], "count": [], "root_of": []}
+    moves: dict[str, list] = {name: [] for name in MOVE_FIELDS}
+    for phrases in sets:
+        base = len(nodes["matched"])
+        nodes["root"].append(base)
+        for (_, m), steps in zip(phrases.nodes, phrases.steps):
+            nodes["matched"].append(m)
+            nodes["first"].append(len(moves["phrase"]))
+            nodes["count"].append(len(steps))
+            nodes["root_of"].append(base)
+            for c, (i, length, piece) in enumerate(steps):
+                done = length == len(phrases.phrases[i])
+                after = base if done else base + phrases.node[i, length]
+                move = (i, piece, after, done, length == m + 1, c == 0 and m > 0)
+                for name, value in zip(MOVE_FIELDS, move):
+                    moves[name].append(value)
+    for name, value in zip(MOVE_FIELDS, (0, -1, 0, False, False, False)):  # one move no node lists: E >= 1
+        moves[name].append(value)
+    return nodes, moves
 
 
-START = ConstraintState(0, -1, 0)
+class Automata:
+    """The phrase automata (phrases.py) of a batch's sentences as flat tensors, read for many rows at once.
 
+    Nodes, G in all: sentence b's node n is `root[b] + n` (its `Phrases.nodes[n]`), with `matched` (G,) pieces
+    matched and `root_of` (G,) its sentence's node 0. Moves, E in all: node g's are `count[g]` moves from `first[g]`,
+    in the order tried (`Phrases.steps`): `phrase` (E,) the phrase (an index within its sentence), `piece` (E,),
+    `next` (E,) the node after it, `done` (E,) it meets its phrase, `full` (E,) it adds a constraint piece to the bank,
+    `continues` (E,) it continues the phrase in progress. Phrases, P at most per sentence: `lengths` (B, P) (0: no
+    phrase), `starts` (B, P) their first pieces, `total` (B,) constraint pieces. A row's state is its node (N,) and
+    which of its sentence's phrases it met (N, P) bool.
+    """
 
-class Phrases:
-    """One sentence's constraints: phrases of target ids, each to appear once in the output, in any order."""
+    def __init__(self, sets: Sequence[Phrases], device: torch.device | str = "cpu") -> None:
+        P = max([len(s.phrases) for s in sets] + [1])  # noqa: N806
+        lengths = [[len(p) for p in s.phrases] + [0] * (P - len(s.phrases)) for s in sets]
+        starts = [[p[0] for p in s.phrases] + [-1] * (P - len(s.phrases)) for s in sets]
+        nodes, moves = _flat_moves(sets)
+        as_tensor = lambda values, dtype=torch.long: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
+        self.root, self.matched, self.first, self.count, self.root_of = (as_tensor(v) for v in nodes.values())
+        self.phrase, self.piece, self.next = (as_tensor(moves[name]) for name in MOVE_FIELDS[:3])
+        self.done, self.full, self.continues = (as_tensor(moves[name], torch.bool) for name in MOVE_FIELDS[3:])
+        self.lengths, self.starts = as_tensor(lengths).view(len(sets), P), as_tensor(starts).view(len(sets), P)
+        self.real = self.lengths > 0  # (B, P): the phrase exists
+        self.total = self.lengths.sum(dim=1)  # (B,)
+        self.width = max(nodes["count"] + [1])  # C, the most moves of a node
 
-    def __init__(self, phrases: Sequence[Sequence[int]]) -> None:
-        self.phrases = [tuple(p) for p in phrases if len(p)]
-        self.every = (1 << len(self.phrases)) - 1
-        self.tokens = sum(len(p) for p in self.phrases)  # the most banks: pieces to meet in all
+    def _moves(self, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """node (M,) -> its moves (M, C) (places in the move tensors) and which of them it has (M, C) bool."""
+        offsets = torch.arange(self.width, device=node.device)  # (C,)
+        moves = self.first[node][:, None] + offsets  # (M, C)
+        return moves.clamp(max=self.piece.numel() - 1), offsets < self.count[node][:, None]
 
-    def advance(self, state: ConstraintState, token: int) -> ConstraintState:
-        """The state after `token`: the phrase in progress goes on; else the longest end of (its matched pieces,
-        `token`) that begins an unmet phrase is the new progress (as a KMP automaton falls back), or none."""
-        met, phrase, matched = state
-        if phrase >= 0 and self.phrases[phrase][matched] == token:
-            return self._matched(met, phrase, matched + 1)
-        tail = (self.phrases[phrase][:matched] if phrase >= 0 else ()) + (token,)
-        for start in range(len(tail)):
-            end = tail[start:]
-            for i, pieces in enumerate(self.phrases):
-                if not met >> i & 1 and pieces[: len(end)] == end:
-                    return self._matched(met, i, len(end))
-        return ConstraintState(met, -1, 0)
+    def advance(self, node: torch.Tensor, met: torch.Tensor, piece: torch.Tensor):
+        """`Phrases.advance` for many rows: node (M,), met (M, P) bool, piece (M,) -> the node and met after it."""
+        moves, has = self._moves(node)  # (M, C) each
+        takes = has & (self.piece[moves] == piece[:, None]) & ~met.gather(1, self.phrase[moves])  # (M, C)
+        taken = moves.gather(1, takes.long().argmax(dim=1, keepdim=True)).squeeze(1)  # (M,) the first that takes
+        hit = takes.any(dim=1)  # (M,)
+        meets = (hit & self.done[taken])[:, None]  # (M, 1)
+        met = met | torch.zeros_like(met).scatter_(1, self.phrase[taken][:, None], meets)  # (M, P)
+        return torch.where(hit, self.next[taken], self.root_of[node]), met
 
-    def _matched(self, met: int, phrase: int, matched: int) -> ConstraintState:
-        if matched == len(self.phrases[phrase]):
-            return ConstraintState(met | 1 << phrase, -1, 0)
-        return ConstraintState(met, phrase, matched)
+    def bank(self, node: torch.Tensor, met: torch.Tensor, sentence: torch.Tensor) -> torch.Tensor:
+        """`Phrases.bank` for many rows: (M,) long, the constraint pieces met."""
+        return (met * self.lengths[sentence]).sum(dim=1) + self.matched[node]
 
-    def next_tokens(self, state: ConstraintState) -> list[int]:
-        """The pieces that advance a phrase: the next of the one in progress and the first of each unmet one."""
-        starts = [p[0] for i, p in enumerate(self.phrases) if not state.met >> i & 1]
-        return starts + ([self.phrases[state.phrase][state.matched]] if state.phrase >= 0 else [])
-
-    def advancing(self, state: ConstraintState) -> list[int]:
-        """The pieces after which one more constraint piece is met."""
-        bank = self.bank(state)
-        return [t for t in self.next_tokens(state) if self.bank(self.advance(state, t)) > bank]
-
-    def bank(self, state: ConstraintState) -> int:
-        """Constraint pieces met: those of the met phrases and the matched ones of the phrase in progress."""
-        return sum(len(p) for i, p in enumerate(self.phrases) if state.met >> i & 1) + state.matched
-
-    def complete(self, state: ConstraintState) -> bool:
-        return state.met == self.every
+    def advancing(self, node: torch.Tensor, met: torch.Tensor, sentence: torch.Tensor, vocab: int) -> torch.Tensor:
+        """`Phrases.advancing` for many rows, as a mask (M, V) bool: the next piece of the phrase in progress, and the
+        first pieces of unmet phrases that add a constraint piece (a full move into an unmet phrase)."""
+        moves, has = self._moves(node)  # (M, C) each
+        piece = self.piece[moves]  # (M, C)
+        unmet = self.real[sentence] & ~met  # (M, P)
+        opens = ((piece[:, :, None] == self.starts[sentence][:, None, :]) & unmet[:, None, :]).any(dim=2)  # (M, C)
+        ok = has & self.full[moves] & ~met.gather(1, self.phrase[moves]) & (self.continues[moves] | opens)  # (M, C)
+        keep = torch.zeros(node.numel(), vocab, dtype=torch.bool, device=node.device)  # (M, V)
+        rows, places = ok.nonzero(as_tuple=True)
+        keep[rows, piece[rows, places]] = True
+        return keep
 
 
 class LexicalConstraints(RowSentences):
     """Dynamic beam allocation over the rows of one batch (see the module docstring). constraints: B lists of
-    phrases (each a list of target ids; an empty list: no constraints for that sentence)."""
+    phrases (each a list of target ids; an empty list: no constraints for that sentence); limits: the sentences'
+    maximum output lengths (None: no budget)."""
 
     def __init__(
         self,
         constraints: Sequence[Sequence[Sequence[int]]],
         *,
         eos_id: int,
-        limits: Sequence[int] | None = None,
+        limits: Sequence[int | None] | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(len(constraints), device)
         self.sets = [Phrases(phrases) for phrases in constraints]
         self.eos_id = eos_id
-        self.limits = list(limits) if limits is not None else [None] * len(constraints)  # maximum output lengths
-        self.states = [START] * len(constraints)  # per row: the state of its history up to the last mask
+        self.automata = Automata(self.sets, device)
+        limits = list(limits) if limits is not None else [None] * len(constraints)
+        self.limits = torch.tensor([NO_LIMIT if n is None else n for n in limits], device=device)  # (B,)
+        self.node = self.automata.root.clone()  # (N,) each row's node, after its history up to the last mask
+        self.met = torch.zeros(len(constraints), self.automata.lengths.size(1), dtype=torch.bool, device=device)
 
     def moved(self, rows: torch.Tensor) -> None:
-        self.states = [self.states[r] for r in rows.tolist()]
+        rows = rows.to(self.node.device)
+        self.node, self.met = self.node.index_select(0, rows), self.met.index_select(0, rows)
 
     def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
         """Advances each row's state by its newest piece; EOS is -inf for the rows with a phrase unmet, and a row
         with just enough steps left for its unmet pieces may only advance them (none left: every piece -inf)."""
-        sentences = self.sentence.tolist()
-        sets = [self.sets[b] for b in sentences]
+        automata, sentence = self.automata, self.sentence
         if step > 0:
-            newest = tokens[:, -1].tolist()
-            self.states = [s.advance(state, t) for s, state, t in zip(sets, self.states, newest)]
-        unmet = [r for r, (s, state) in enumerate(zip(sets, self.states)) if not s.complete(state)]
-        if unmet:
-            log_probs[torch.tensor(unmet, device=log_probs.device), self.eos_id] = NEG_INF
-        for r in unmet:
-            left, need = self._steps_left(sentences[r], step), sets[r].tokens - sets[r].bank(self.states[r])
-            if left is not None and need >= left:
-                allowed = sets[r].advancing(self.states[r]) if need == left else []
-                kept = log_probs[r, allowed].clone()
-                log_probs[r] = NEG_INF
-                log_probs[r, allowed] = kept
+            self.node, self.met = automata.advance(self.node, self.met, tokens[:, -1].to(self.node.device))
+        unmet = (automata.real[sentence] & ~self.met).any(dim=1)  # (N,)
+        log_probs[:, self.eos_id].masked_fill_(unmet, NEG_INF)
+        need = automata.total[sentence] - automata.bank(self.node, self.met, sentence)  # (N,)
+        left = self.limits[sentence] - step  # (N,)
+        tight = (unmet & (need >= left)).nonzero().squeeze(1)  # (R,)
+        if tight.numel():
+            keep = automata.advancing(self.node[tight], self.met[tight], sentence[tight], log_probs.size(1))  # (R, V)
+            keep &= (need[tight] == left[tight])[:, None]
+            log_probs[tight] = log_probs[tight].masked_fill(~keep, NEG_INF)
         return log_probs
-
-    def _steps_left(self, sentence: int, step: int) -> int | None:
-        limit = self.limits[sentence]
-        return None if limit is None else limit - step
 
     def select(self, log_probs: torch.Tensor, scores: torch.Tensor, k: int):
         """interface.py's `CandidateSelector.select`: log_probs (B, K, V), scores (B, K) -> values, where,
-        priority (B, k); a sentence with constraints gets Post & Vilar's allocation, the others the top k."""
+        priority (B, k); the sentences with constraints get Post & Vilar's allocation, the others the top k."""
         values, where = top_candidates(log_probs, scores, k)  # (B, k) each
+        B, K, V = log_probs.shape
+        steered = self.automata.real[self.sentence.view(B, K)[:, 0]].any(dim=1).nonzero().squeeze(1)  # (B',)
+        if steered.numel() == 0:
+            return values, where, values.clone()
+        rows = steered[:, None] * K + torch.arange(K, device=steered.device)  # (B', K) their hypotheses' rows
+        if steered.numel() == B:  # every sentence has constraints: no copies
+            candidates = self._candidates(rows, log_probs, scores, where - rows[:, :1] * V)
+            return self._allocate(rows, *candidates, k=k, vocab=V)
+        candidates = self._candidates(rows, log_probs[steered], scores[steered], where[steered] - rows[:, :1] * V)
         priority = values.clone()  # (B, k)
-        B, K, _ = log_probs.shape
-        sentences = self.sentence.view(B, K)[:, 0].tolist()
-        best = log_probs.argmax(dim=2).tolist()  # (B, K) each hypothesis's best next piece
-        for b, sentence in enumerate(sentences):
-            if self.sets[sentence].phrases:
-                picked = self._allocate(b, self.sets[sentence], log_probs, scores, values[b], where[b], best[b])
-                for out, row in zip((values, where, priority), _padded(picked, k, b * K * log_probs.size(2))):
-                    out[b] = row.to(out.device, out.dtype)
+        for out, chosen in zip((values, where, priority), self._allocate(rows, *candidates, k=k, vocab=V)):
+            out[steered] = chosen.to(out.dtype)
         return values, where, priority
 
-    def _allocate(self, b, phrases: Phrases, log_probs, scores, values, where, best) -> list[tuple[float, int]]:
-        """Sentence b's candidates in Post & Vilar's order: (score, place in log_probs seen as (B*K*V,))."""
-        _, K, V = log_probs.shape
-        found = {(w // V - b * K, w % V): v for v, w in zip(values.tolist(), where.tolist()) if v > NEG_INF}
-        states = self.states[b * K : (b + 1) * K]
-        extra = [(h, t) for h in range(K) for t in [best[h], *phrases.next_tokens(states[h])]]
-        hs, ts = (torch.tensor(side, device=log_probs.device) for side in zip(*extra))
-        extra_scores = (log_probs[b, hs, ts] + scores[b, hs]).tolist()
-        found.update((c, v) for c, v in zip(extra, extra_scores) if v > NEG_INF)
-        banked = sorted(
-            ((phrases.bank(phrases.advance(states[h], t)), v, h, t) for (h, t), v in found.items()),
-            key=lambda c: (-c[0], -c[1]),
-        )
-        stripes, ranks = [], {}
-        for bank, v, h, t in banked:  # the r-th best of each bank goes before every bank's (r+1)-th
-            ranks[bank] = ranks.get(bank, -1) + 1
-            stripes.append((ranks[bank] * (phrases.tokens + 1) + phrases.tokens - bank, v, (b * K + h) * V + t))
-        stripes.sort(key=lambda c: c[0])
-        return [(v, place) for _, v, place in stripes]
+    def _candidates(self, rows: torch.Tensor, log_probs: torch.Tensor, scores: torch.Tensor, top: torch.Tensor):
+        """The candidates of B' sentences (their hypotheses' rows (B', K), log_probs (B', K, V), scores (B', K), top
+        (B', k) the top k's places in K x V) in the order Post & Vilar's step lists them, M = k + K(P+2) places: the
+        top k, then each hypothesis's best piece, the first pieces of its unmet phrases, the next piece of its phrase
+        in progress. -> hypothesis, piece, score (B', M), and which places are candidates (B', M) bool: finite,
+        and not listed before."""
+        automata, (_, K, V) = self.automata, log_probs.shape
+        node, met, sentence = self.node[rows], self.met[rows], self.sentence[rows]  # (B', K), (B', K, P), (B', K)
+        starts = automata.starts[sentence].masked_fill(met, -1)  # (B', K, P): -1 once met
+        following = automata.piece[automata.first[node]].masked_fill(automata.matched[node] == 0, -1)  # (B', K)
+        extra = torch.cat([log_probs.argmax(dim=2)[:, :, None], starts, following[:, :, None]], dim=2)  # (B', K, P+2)
+        hyp = torch.arange(K, device=rows.device)[None, :, None].expand_as(extra)  # (B', K, P+2)
+        hyp = torch.cat([top // V, hyp.flatten(1)], dim=1)  # (B', M)
+        piece = torch.cat([top % V, extra.flatten(1)], dim=1)  # (B', M)
+        listed = piece >= 0  # (B', M)
+        piece = piece.clamp(min=0)
+        score = log_probs.flatten(1).gather(1, hyp * V + piece) + scores.gather(1, hyp)  # (B', M)
+        listed &= score > NEG_INF
+        places = torch.arange(hyp.size(1), device=rows.device)  # (M,)
+        key = torch.where(listed, hyp * V + piece, -1 - places)  # (B', M), unique where not listed
+        order = key.sort(dim=1, stable=True).indices  # (B', M)
+        ordered = key.gather(1, order)
+        again = torch.zeros_like(listed)
+        again[:, 1:] = ordered[:, 1:] == ordered[:, :-1]  # (B', M) listed before, in the sorted order
+        return hyp, piece, score, listed & ~torch.zeros_like(listed).scatter_(1, order, again)
 
-
-def _padded(picked: list[tuple[float, int]], k: int, first_place: int) -> tuple[torch.Tensor, ...]:
-    """The first k candidates as (values, where, priority) rows of k, priority falling with the order; missing
-    places are -inf candidates at the sentence's first place."""
-    picked = picked[:k] + [(NEG_INF, first_place)] * (k - len(picked))
-    values = torch.tensor([v for v, _ in picked])
-    where = torch.tensor([w for _, w in picked])
-    priority = torch.arange(k, 0, -1, dtype=torch.float).masked_fill(values == NEG_INF, NEG_INF)
-    return values, where, priority
+    def _allocate(self, rows: torch.Tensor, hyp, piece, score, listed, *, k: int, vocab: int):
+        """The first k candidates dealt round robin over the banks, fullest first (Hu et al.'s stripes): a
+        candidate's bank is its constraint pieces met once taken; within a bank, best score first, then the order
+        listed. -> values, where (places in log_probs seen as (B*K*V,)) and priority (B', k); missing places are
+        -inf at the sentence's first place."""
+        B, M = hyp.shape  # noqa: N806 (B' sentences)
+        V = vocab  # noqa: N806
+        taken_rows = rows.gather(1, hyp).flatten()  # (B'*M,)
+        node, met = self.automata.advance(self.node[taken_rows], self.met[taken_rows], piece.flatten())
+        bank = self.automata.bank(node, met, self.sentence[taken_rows]).view(B, M).masked_fill(~listed, -1)
+        by_score = score.masked_fill(~listed, NEG_INF).sort(dim=1, descending=True, stable=True).indices
+        order = by_score.gather(1, bank.gather(1, by_score).sort(dim=1, descending=True, stable=True).indices)
+        banks, position = bank.gather(1, order), torch.arange(M, device=hyp.device).expand(B, M)  # (B', M) each
+        opens = torch.ones_like(listed)
+        opens[:, 1:] = banks[:, 1:] != banks[:, :-1]  # (B', M) the first of its bank
+        rank = position - torch.where(opens, position, 0).cummax(dim=1).values  # (B', M) place within its bank
+        total = self.automata.total[self.sentence[rows[:, 0]]][:, None]  # (B', 1)
+        stripe = (rank * (total + 1) + total - banks).masked_fill(~listed.gather(1, order), LAST)  # (B', M)
+        chosen = order.gather(1, stripe.sort(dim=1, stable=True).indices[:, :k])  # (B', k) places, in stripe order
+        taken = listed.gather(1, chosen)  # (B', k)
+        first = rows[:, :1] * V  # (B', 1) the sentence's first place
+        where = torch.where(taken, first + hyp.gather(1, chosen) * V + piece.gather(1, chosen), first)
+        priority = torch.arange(k, 0, -1, dtype=score.dtype, device=score.device).expand(B, k)
+        return score.gather(1, chosen).masked_fill(~taken, NEG_INF), where, priority.masked_fill(~taken, NEG_INF)

@@ -17,6 +17,9 @@ Decisions:
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
   model's own distribution (temperature 1). n samples per sentence come back sorted by score.
+- A row whose controls leave it no piece (they conflict: a prefix's piece or a constraint's, blocked as a repeat)
+  goes on with any piece, its `log_prob` -inf: greedy decoding and sampling never end without a hypothesis, and the
+  translator searches such a line again with its controls relaxed (relaxation.py). Beam search drops such rows.
 """
 
 from __future__ import annotations
@@ -170,7 +173,8 @@ def sample(
 
     def choose(log_probs: torch.Tensor) -> torch.Tensor:  # (B*n, V) -> (B*n,)
         logits = filter_logits(log_probs, temperature=temperature, top_k=top_k, top_p=top_p)
-        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+        probs = logits.softmax(dim=-1).nan_to_num(nan=1.0)  # (B*n, V); a row its controls left no piece: any piece
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     controls = controls or Controls()
     controls.keep_sentences(index)  # each sentence's controls repeated for its samples

@@ -8,26 +8,32 @@ Decisions:
 - An empty input line gives an empty translation, as without steering; its prefix and constraints are read and
   left unused. Lines, prefixes and constraints are read together, lazily; a prefix or constraint list too many or
   too few is a `UserError` naming the line.
-- What cannot be done is reported, never dropped in silence: a sentence whose phrases (with the prefix, less the
-  phrases it already holds) need more pieces than its maximum output length is decoded without them, with a
-  warning naming the line and the lengths; a prefix longer than the maximum length is cut there, with a warning;
-  a search that ends at the maximum length before meeting every phrase is named in a warning.
+- A phrase is met as phrases.py's automaton meets it (each once, on pieces of its own, in any order): the
+  feasibility check walks it over the prefix, the search follows it, and the report reads it over each output.
+- What cannot be done is reported, never dropped in silence: a sentence whose phrases cannot all be met within its
+  maximum output length after its prefix (`Phrases.fits`, the search's own budget) is decoded without them, with a
+  warning naming the line and the lengths, and its translations say so (`relaxed`, `unmet`: relaxation.py); a
+  prefix longer than the maximum length is cut there, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
+import reprlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.constraints import LexicalConstraints
 from transformer.decoding.controls import TargetPrefix
+from transformer.decoding.phrases import Phrases
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
 
 _MISSING = object()
+_SHORT = reprlib.Repr()  # a value in a message: bounded in length and depth (a list nested 10,000 deep included)
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxstring = 3, 4, 40
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Steering:
 
     prefix: list[int]  # the output starts with these pieces
     phrases: list[list[int]]  # the output contains each of these, in any order
+    texts: tuple[str, ...]  # the phrases as given (stripped), one per phrase: what the report names
 
 
 def _next(values: Iterator | None, what: str, number: int, default: object):
@@ -47,6 +54,17 @@ def _next(values: Iterator | None, what: str, number: int, default: object):
     return value
 
 
+def _check_text(text: str, number: int) -> None:
+    """A prefix or phrase is text: a lone surrogate (JSON's "\\ud800" escape gives one) is refused, naming the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"prefix or constraints for input line {number}: {_SHORT.repr(text)} holds a lone surrogate "
+            "(\\ud800-\\udfff), which is not text"
+        ) from None
+
+
 def steered(lines: Iterable[str], tokenizer, prefix: Iterable[str] | None, constraints: Iterable | None) -> Iterator:
     """(line, Steering or None) for each line, the prefixes and constraint lists read beside the lines."""
     prefixes = None if prefix is None else iter(prefix)
@@ -56,25 +74,31 @@ def steered(lines: Iterable[str], tokenizer, prefix: Iterable[str] | None, const
         text = _next(prefixes, "prefix", number, "")
         phrases = _next(phrase_lists, "constraints", number, [])
         if isinstance(phrases, str) or not all(isinstance(p, str) for p in phrases):
-            raise UserError(f"constraints for input line {number}: give a list of phrases (strings), got {phrases!r}")
+            raise UserError(
+                f"constraints for input line {number}: give a list of phrases (strings), got {_SHORT.repr(phrases)}"
+            )
+        if not isinstance(text, str):
+            raise UserError(f"prefix for input line {number}: give a string, got {_SHORT.repr(text)}")
+        for value in (text, *phrases):
+            _check_text(value, number)
         phrases = [p.strip() for p in phrases if p.strip()]
         if not text.strip() and not phrases:
             yield line, None
             continue
         ids = tokenizer.encode_tgt([text.strip()] + phrases) if text.strip() else [[]] + tokenizer.encode_tgt(phrases)
-        yield line, Steering(prefix=ids[0], phrases=[p for p in ids[1:] if p])
+        kept = [(p, t) for p, t in zip(ids[1:], phrases) if p]  # a phrase of no pieces asks nothing
+        yield line, Steering(prefix=ids[0], phrases=[p for p, _ in kept], texts=tuple(t for _, t in kept))
     for values, what in ((prefixes, "prefix"), (phrase_lists, "constraints")):
         if values is not None and next(values, _MISSING) is not _MISSING:
             raise UserError(f"more {what} entries than the {number} input lines; give one per input line")
 
 
-def _contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    n = len(phrase)
-    return any(list(tokens[i : i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
-
-
-def _feasible(steering: Steering, limit: int, number: int) -> list[list[int]]:
-    """The phrases to decode with (all, or none with a warning when they cannot fit `limit` output pieces)."""
+def checked(steering: Steering | None, limit: int, number: int) -> tuple[Steering | None, tuple[str, ...]]:
+    """A line's steering as the search gets it, and what was set aside before the search: its phrases (with a
+    warning) when they cannot all be met in `limit` output pieces after the prefix (`Phrases.fits`). A prefix
+    longer than `limit` is kept, cut there by the search, with a warning."""
+    if steering is None:
+        return None, ()
     if len(steering.prefix) > limit:
         log.warning(
             "line %d: the prefix has %d pieces, more than the maximum output length %d: cut there (raise --max-len-b)",
@@ -82,43 +106,45 @@ def _feasible(steering: Steering, limit: int, number: int) -> list[list[int]]:
             len(steering.prefix),
             limit,
         )
-    missing = [p for p in steering.phrases if not _contains(steering.prefix, p)]
-    need = len(steering.prefix) + sum(len(p) for p in missing)
-    if missing and need > limit:
-        log.warning(
-            "line %d: the constraints need %d output pieces (with the prefix), the maximum output length is "
-            "%d: decoded without them (raise --max-len-b)",
-            number,
-            need,
-            limit,
-        )
-        return []
-    return steering.phrases
+    if not steering.phrases or _fits(steering, limit):
+        return steering, ()
+    log.warning(
+        "line %d: the constraints need at least %d output pieces (with the prefix), the maximum output length is "
+        "%d: decoded without them (raise --max-len-b)",
+        number,
+        _needed(steering, limit),
+        limit,
+    )
+    return replace(steering, phrases=[]), ("constraints",)
 
 
-def search_controls(steerings: Sequence[Steering | None], limits: Sequence[int], numbers: Sequence[int], device):
-    """The controls of one batch: its sentences' prefixes and constraints (None: nothing asked); limits: their
-    maximum output lengths; numbers: their input line numbers, for the warnings."""
+def _fits(steering: Steering, limit: int) -> bool:
+    """Whether the search can meet the phrases; more pieces than `limit` in all never fit (nor is their automaton
+    built: a line of many phrases costs no more than its length)."""
+    return sum(len(p) for p in steering.phrases) <= limit and Phrases(steering.phrases).fits(steering.prefix, limit)
+
+
+def _needed(steering: Steering, limit: int) -> int:
+    pieces = sum(len(p) for p in steering.phrases)
+    return pieces if pieces > limit else max(Phrases(steering.phrases).needed(steering.prefix), limit + 1)
+
+
+def search_controls(steerings: Sequence[Steering | None], limits: Sequence[int], device) -> list:
+    """The controls of one batch: its sentences' prefixes and constraints (None: nothing asked; checked first with
+    `checked`); limits: their maximum output lengths."""
     if all(s is None for s in steerings):
         return []
     prefixes = [s.prefix if s else [] for s in steerings]
-    phrases = [_feasible(s, n_max, number) if s else [] for s, n_max, number in zip(steerings, limits, numbers)]
+    phrases = [s.phrases if s else [] for s in steerings]
     controls = [TargetPrefix(prefixes, device)] if any(prefixes) else []
     if any(phrases):
         controls.append(LexicalConstraints(phrases, eos_id=EOS_ID, limits=limits, device=device))
     return controls
 
 
-def report_unmet(hypotheses: Sequence[Sequence], controls: Sequence, numbers: Sequence[int]) -> None:
-    """A warning for each sentence whose best hypothesis misses a phrase the search was given (it met the maximum
-    length); the phrases decoded without (`_feasible`) were reported before the search."""
-    constraints = next((c for c in controls if isinstance(c, LexicalConstraints)), None)
-    if constraints is None:
-        return
-    for hyps, phrases, number in zip(hypotheses, constraints.sets, numbers):
-        if hyps and not all(_contains(hyps[0].tokens, p) for p in phrases.phrases):
-            log.warning(
-                "line %d: the search reached the maximum output length before meeting every constraint "
-                "(raise --max-len-b or --beam)",
-                number,
-            )
+def unmet_texts(steering: Steering | None, outputs: Sequence[Sequence[int]]) -> list[tuple[str, ...]]:
+    """For each output (target ids), the phrases (as given) it does not meet, by the one definition (phrases.py)."""
+    if steering is None or not steering.phrases:
+        return [() for _ in outputs]
+    automaton = Phrases(steering.phrases)
+    return [tuple(steering.texts[i] for i in automaton.unmet(tokens)) for tokens in outputs]

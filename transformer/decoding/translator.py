@@ -15,6 +15,10 @@ Decisions:
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
 - Lines with lexical constraints are searched apart from the other lines of their batch, with a beam of
   max(decode.beam_size, decode.constraint_beam_size) (`_search_groups`); a batch without them is searched as before.
+- Every line gets a translation: constraints that cannot fit are set aside before the search (steering.py), and a
+  line whose controls conflict in the search is searched again with them relaxed (relaxation.py). Each
+  `Translation` says which controls were set aside for its line (`relaxed`) and which phrases it does not meet
+  (`unmet`), by the automaton the search follows (phrases.py).
 - Word alignments (`translate(..., alignment=True)`): one teacher-forced pass per batch after the search
   (alignment.py), so the search runs as without them.
 """
@@ -37,9 +41,9 @@ from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
 from transformer.decoding.interface import AttentionModel
+from transformer.decoding.relaxation import steered_search
 from transformer.decoding.scoring import Score, score_texts
-from transformer.decoding.search import generate, max_output_lengths
-from transformer.decoding.steering import Steering, report_unmet, search_controls, steered
+from transformer.decoding.steering import Steering, steered, unmet_texts
 from transformer.decoding.unknown_words import restore_unknown
 from transformer.devices import OutOfMemoryError, avoid_cudnn_attention, out_of_memory
 from transformer.errors import UserError
@@ -58,6 +62,8 @@ class Translation:
     log_prob: float  # sum of token log-probabilities (EOS included when the hypothesis finished)
     tokens: list[int]  # output ids without BOS and EOS
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) links when asked for (alignment.py)
+    relaxed: tuple[str, ...] = ()  # the line's controls set aside, of "no_repeat_ngram_size", "constraints", "prefix"
+    unmet: tuple[str, ...] = ()  # the line's constraint phrases (as given) that this output does not meet
 
 
 class Translator:
@@ -183,17 +189,9 @@ class Translator:
         src_mask = make_pad_mask(src, self.model.pad_id)  # (B, 1, 1, S)
         with autocast(self.precision, self.device):
             try:
-                controls = _controls(self.model, settings, src_mask, lines)
-                hypotheses = generate(
-                    self.model,
-                    src,
-                    src_mask,
-                    settings,
-                    bos_id=self.tokenizer.bos_id,
-                    eos_id=EOS_ID,
-                    generator=self.generator,
-                    controls=controls,
-                )
+                steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
+                ids = dict(bos_id=self.tokenizer.bos_id, eos_id=EOS_ID, generator=self.generator)
+                hypotheses, relaxed = steered_search(self.model, src, src_mask, settings, steerings, numbers, **ids)
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
                 texts = self.tokenizer.decode_tgt([tokens for _, tokens in flat])
@@ -203,13 +201,17 @@ class Translator:
                     )
             except OutOfMemoryError as exc:
                 raise _out_of_memory(settings, exc, sentences=B, length=S) from None
-        if controls:
-            report_unmet(hypotheses, controls, [line.number for line in lines])
         texts = iter(texts)
-        return [
-            [Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None)) for h in hyps]
-            for hyps in hypotheses
-        ]
+        results = []
+        for hyps, names, line in zip(hypotheses, relaxed, lines):
+            unmet = unmet_texts(line.steering, [h.tokens for h in hyps])
+            results.append(
+                [
+                    Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None), relaxed=names, unmet=u)
+                    for h, u in zip(hyps, unmet)
+                ]
+            )
+        return results
 
 
 @dataclass(frozen=True)
@@ -243,15 +245,6 @@ def _search_groups(settings: DecodeConfig, lines: list[_Line]) -> list[tuple[Dec
     free = [b for b, c in enumerate(constrained) if not c]
     groups = [(settings, free)] if free else []
     return groups + [(replace(settings, beam_size=wide), [b for b, c in enumerate(constrained) if c])]
-
-
-def _controls(model, settings: DecodeConfig, src_mask: torch.Tensor, lines: list[_Line]) -> list:
-    """A batch's search controls from its lines' prefixes and constraints (steering.py)."""
-    if all(line.steering is None for line in lines):
-        return []
-    limits = max_output_lengths(model, src_mask, settings.max_len_a, settings.max_len_b).tolist()
-    steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
-    return search_controls(steerings, limits, numbers, src_mask.device)
 
 
 def truncate_source(ids: list[int], limit: int, line_number: int) -> list[int]:
