@@ -125,7 +125,8 @@ def in_process(engine, serve_config, keys=None):
 
 
 class ScriptedEngine:
-    """Engine's interface: a line's translation is the line upper-cased; "boom" raises; `gate` holds decoding."""
+    """Engine's interface: a line's translation is the line upper-cased; "boom" raises; `gate` holds decoding; a
+    line's tokens are its words (+ EOS); attention fails with an error a client must not see."""
 
     languages = ("es", "en")
     defaults = DecodeConfig()
@@ -136,8 +137,16 @@ class ScriptedEngine:
         self.gate.set()
         self.calls: list[list[str]] = []
 
-    def count_tokens(self, lines: list[str]) -> int:
-        return sum(len(line.split()) + 1 for line in lines)
+    max_positions = 1024
+
+    def source_tokens(self, lines: list[str]) -> list[int]:
+        return [len(line.split()) + 1 if line.strip() else 0 for line in lines]
+
+    def target_pieces(self, texts: list[str]) -> list[int]:
+        return [len(text.split()) for text in texts]
+
+    def attention(self, text, tokens, layer):
+        raise RuntimeError(f"secret detail of {text!r}")
 
     def decode(self, settings, lines, controls):
         self.gate.wait(30)

@@ -86,10 +86,11 @@ def test_forms_multipart_and_query_strings_are_read_as_libretranslate_reads_them
 
 
 def test_html_keeps_the_markup_and_translates_the_text_between_tags(server, oracle):
-    q = "<p class='a'>the red dog <b>sat on the mat</b></p><script>x<y</script>"
+    q = "<p class='a' title=\"x > y\">the red dog <b>sat on the mat</b></p><script>x<y</script>"
     status, _, answer = post(server, "/translate", {"q": q, **LANGS, "format": "html"})
     first, second = oracle.translate(["the red dog", "sat on the mat"])
-    assert status == 200 and answer["translatedText"] == f"<p class='a'>{first} <b>{second}</b></p><script>x<y</script>"
+    expected = f"<p class='a' title=\"x > y\">{first} <b>{second}</b></p><script>x<y</script>"
+    assert status == 200 and answer["translatedText"] == expected
 
 
 def test_auto_source_and_alternatives(server, oracle):

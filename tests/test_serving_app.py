@@ -70,13 +70,28 @@ def test_the_default_queue_admits_64_concurrent_one_line_requests():
         assert len(engine.calls) < 64  # decoded together, not one by one
 
 
-def test_a_model_error_is_that_requests_500_and_the_server_stays_up():
+def test_a_model_error_is_that_requests_500_with_its_id_and_the_detail_goes_to_the_log(caplog):
     engine = ScriptedEngine()
     with in_process(engine, ServeConfig()) as port:
-        status, _, answer = call(port, "POST", "/translate", {"q": ["fine", "boom"], **LANGS})
-        assert status == 500 and answer["error"].startswith("Cannot translate text: CUDA error")
+        status, headers, answer = call(port, "POST", "/translate", {"q": ["fine", "boom"], **LANGS})
+        request_id = headers["x-request-id"]
+        assert status == 500 and answer == {
+            "error": f"Cannot translate text: internal error (request id {request_id}; the server log has it)"
+        }
         assert call(port, "POST", "/translate", {"q": "fine", **LANGS})[::2] == (200, {"translatedText": "FINE"})
         assert call(port, "GET", "/metrics")[2]["requests_by_status"]["500"] == 1
+    logged = [r for r in caplog.records if request_id in r.getMessage()]
+    assert logged and "CUDA error" in str(logged[0].exc_info[1])  # the detail, with the id, in the server's log
+
+
+def test_an_unexpected_error_in_a_route_is_a_500_with_its_id_and_nothing_of_the_exception(caplog):
+    with in_process(ScriptedEngine(), ServeConfig()) as port:
+        status, headers, answer = call(port, "POST", "/api/attention", {"q": "a secret sentence"})
+        request_id = headers["x-request-id"]
+        assert status == 500 and request_id in answer["error"] and "secret" not in answer["error"]
+        assert call(port, "GET", "/health")[0] == 200
+    logged = [r for r in caplog.records if request_id in r.getMessage()]
+    assert logged and "secret detail" in str(logged[0].exc_info[1])
 
 
 def test_concurrent_requests_are_decoded_together_within_the_gathering_window():
@@ -108,7 +123,11 @@ class SteerableTranslator:
     def __init__(self) -> None:
         from types import SimpleNamespace
 
-        self.tokenizer = SimpleNamespace(encode_src=lambda lines: [line.split() + ["</s>"] for line in lines])
+        self.tokenizer = SimpleNamespace(
+            encode_src=lambda lines: [line.split() + ["</s>"] for line in lines],
+            encode_tgt=lambda lines: [line.split() for line in lines],
+        )
+        self.model = SimpleNamespace(max_positions=1024)
         self.config = SimpleNamespace(decode=DecodeConfig(), data=SimpleNamespace(src_lang="es", tgt_lang="en"))
         self.reads_attention = False  # an ensemble's answer
         self.calls: list[dict] = []

@@ -1,7 +1,8 @@
 """transformer-serve's options that need a server of their own, each started for its test on a free loopback
 port: API keys, bad command lines (one line, exit 2), a full queue's 503 with Retry-After, an ensemble of two
-checkpoints, and a graceful SIGTERM that answers every request in flight before it exits 0. Answers are checked
-against the Python API on the same checkpoint, as in tests/test_serving.py.
+checkpoints, and a graceful SIGTERM that answers every request in flight before it exits 0, within its bound even
+with clients that stall. Answers are checked against the Python API on the same checkpoint, as in
+tests/test_serving.py.
 """
 
 from __future__ import annotations
@@ -94,19 +95,29 @@ def _in_flight(served, texts: list[str]) -> tuple[list[threading.Thread], dict[i
     return clients, answers
 
 
-def test_sigterm_answers_every_accepted_request_then_exits_0(checkpoint, tmp_path, oracle):
+def test_sigterm_answers_every_accepted_request_then_exits_0_within_its_bound(checkpoint, tmp_path, oracle):
     args = ["--checkpoint", str(checkpoint), "--batch-wait-ms", "1500", "--batch-tokens", "100000"]
-    served = Served(args, tmp_path / "log")  # requests wait 1.5 s for others: they are in flight at SIGTERM
-    texts = sentences(8, seed=21)
+    served = Served([*args, "--shutdown-timeout-s", "4"], tmp_path / "log")  # requests wait 1.5 s for others
+    texts = sentences(16, seed=21)
     clients, answers = _in_flight(served, texts)
-    assert served.stop() == 0  # SIGTERM with 8 requests admitted and not yet decoded
+    head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n"
+    stalled = [socket.create_connection(("127.0.0.1", served.port), timeout=20) for _ in range(2)]
+    stalled[0].sendall(head[:30])  # half a header
+    stalled[1].sendall(head + b'\r\n{"q": ')  # half a body: it waits until the shutdown's bound
+    start = time.monotonic()
+    assert served.stop() == 0  # SIGTERM with 16 requests admitted and not yet decoded
+    assert time.monotonic() - start < 15
     for c in clients:
         c.join(30)
-    assert [answers[n] for n in range(8)] and all(answers[n][0] == 200 for n in range(8))
-    assert [answers[n][2]["translatedText"] for n in range(8)] == oracle.translate(texts)
+    assert [answers[n][0] for n in range(16)] == [200] * 16
+    assert [answers[n][2]["translatedText"] for n in range(16)] == oracle.translate(texts)
+    assert stalled[1].recv(65536).startswith(b"HTTP/1.1 503")  # cut at --shutdown-timeout-s, answered
+    for sock in stalled:
+        sock.close()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
-    assert "every accepted request was answered" in served.log.read_text(encoding="utf-8")
+    log = served.log.read_text(encoding="utf-8")
+    assert "every accepted request was answered" in log and "Traceback" not in log
 
 
 def test_a_full_queue_answers_503_with_retry_after(checkpoint, tmp_path, oracle):

@@ -217,11 +217,10 @@ def _serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--precision", choices=PRECISIONS, help="autocast; default: the checkpoint's decode.precision")
     parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
-    kinds = {"host": str, "port": int, "batch_wait_ms": float, "max_len_a": float}
     for name, value in dataclasses.asdict(ServeConfig()).items():
         parser.add_argument(
             f"--{name.replace('_', '-')}",
-            type=kinds.get(name, int),
+            type=type(value),  # each default's type: str, int or float
             default=value,
             help=SERVE_HELP.get(name, name.replace("_", " ")),
         )
@@ -234,12 +233,19 @@ SERVE_HELP = {
     "max_lines": "most lines per request (400 past it)",
     "max_chars": "most characters per line (400 past it)",
     "batch_wait_ms": "how long a waiting request gathers others before decoding",
-    "batch_tokens": "source tokens that end the gathering at once",
+    "batch_tokens": "work (source tokens, control pieces) of one decoding round, shared by the requests",
     "queue_lines": "lines admitted and unanswered before requests get 503 + Retry-After",
     "retry_after_s": "the Retry-After of a 503, seconds",
     "max_beam": "largest beam_size/nbest a request may ask for",
     "max_len_a": "largest max_len_a a request may ask for",
-    "max_len_b": "largest max_len_b a request may ask for",
+    "max_len_b": "largest max_len_b (and min_len) a request may ask for",
+    "max_output_pieces": "longest output a request's max_len_a/max_len_b may allow a line (400 past it)",
+    "max_phrases": "most constraint phrases per line (400 past it)",
+    "max_phrase_pieces": "most target pieces per constraint phrase (400 past it)",
+    "max_constraint_pieces": "most target pieces of one line's constraints together (400 past it)",
+    "max_prefix_pieces": "most target pieces of one line's prefix (400 past it)",
+    "request_timeout_s": "seconds from a request's arrival to its answer (504 past it)",
+    "shutdown_timeout_s": "seconds requests in flight have after SIGTERM (503 past it)",
 }
 
 

@@ -272,16 +272,25 @@ class ServeConfig:
     max_lines: int = 128  # lines per request (q's items and the lines within them); more: 400
     max_chars: int = 5000  # characters per line; more: 400
     batch_wait_ms: float = 5.0  # how long the first waiting request gathers others before they are decoded, ms
-    batch_tokens: int = 4000  # source tokens that end the gathering at once (one decoding call's work)
+    batch_tokens: int = 4000  # work (source tokens, control pieces) of one round, shared by the requests in turn
     queue_lines: int = 512  # lines admitted and not yet answered; a request past it gets 503 with Retry-After
     retry_after_s: int = 1  # the Retry-After of a 503, seconds
     max_beam: int = 16  # the largest beam_size (and nbest) a request may ask for
     max_len_a: float = 4.0  # the largest max_len_a a request may ask for
-    max_len_b: int = 512  # the largest max_len_b a request may ask for
+    max_len_b: int = 256  # the largest max_len_b (and min_len) a request may ask for
+    max_output_pieces: int = 256  # the longest output a request's max_len_a/max_len_b may allow a line, pieces
+    max_phrases: int = 8  # constraint phrases per line; more: 400
+    max_phrase_pieces: int = 16  # target pieces per constraint phrase; more: 400
+    max_constraint_pieces: int = 32  # target pieces of one line's constraint phrases together; more: 400
+    max_prefix_pieces: int = 64  # target pieces of one line's prefix; more: 400
+    request_timeout_s: float = 30.0  # from a request's arrival to its answer, seconds; past it: 504 (408 for a body)
+    shutdown_timeout_s: float = 30.0  # after SIGTERM, how long requests in flight have to be answered; then 503
 
     def __post_init__(self) -> None:
         positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
-        require(min(positive) > 0, "serve limits (body, lines, chars, batch tokens, queue) must be positive")
+        positive += [self.max_output_pieces, self.max_phrases, self.max_phrase_pieces, self.max_constraint_pieces]
+        positive += [self.max_prefix_pieces, self.request_timeout_s, self.shutdown_timeout_s]
+        require(min(positive) > 0, "serve limits, budgets and timeouts (all but port and waits) must be positive")
         require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
         require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
         require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")

@@ -1,17 +1,20 @@
-"""The HTTP application (FastAPI): the routes, API keys, errors as `{"error": ...}`, and the metrics.
+"""The HTTP application (FastAPI): the routes, errors as `{"error": ...}`, request ids, and the metrics.
 
 Routes: GET / (the page), GET /health, GET /metrics, GET and POST /languages, GET /frontend/settings, POST /translate
 (LibreTranslate's, libretranslate.py), POST /api/translate (the native API, native.py), POST /api/attention (one
 sentence's cross-attention, for the page). Every translation goes through the batcher (batcher.py): the route
-waits for its own results while the worker decodes. With API keys, every POST except /languages needs a valid
-`api_key` field: none is a 400 and a wrong one a 403, as LibreTranslate answers. No route reads or writes a file.
+waits for its own results while the worker decodes. The steps of a request, each bounded, are service.py's: its
+fields (API keys: with keys, every POST except /languages needs a valid `api_key` field: none is a 400 and a wrong
+one a 403, as LibreTranslate answers), its work, its decoding; planning a request and building its answer run off
+the event loop too. Every answer carries `X-Request-ID`; an unexpected error is a 500 naming it, its detail in the
+server log. No route reads or writes a file.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
+import logging
 import time
+import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
 
@@ -21,64 +24,15 @@ from starlette.exceptions import HTTPException
 
 from transformer.config import ServeConfig
 from transformer.errors import UserError
-from transformer.serving.batcher import Batcher, Job
 from transformer.serving.engine import Engine, Settings
 from transformer.serving.libretranslate import NAMES, languages, plan_translate
-from transformer.serving.metrics import Metrics
 from transformer.serving.native import hypotheses, integer_field, plan_native
-from transformer.serving.requests import ApiError, check_lines, request_fields
+from transformer.serving.requests import ApiError, check_lines
+from transformer.serving.service import Service, internal_error, off_loop
 
+log = logging.getLogger(__name__)
 PAGE = resources.files("transformer.serving").joinpath("page.html").read_text(encoding="utf-8")
-
-
-def _settle(future: asyncio.Future, value: object) -> None:
-    if not future.done():
-        future.set_exception(value) if isinstance(value, BaseException) else future.set_result(value)
-
-
-class Service:
-    """What the routes share: the engine, the batcher, the limits, the keys and the metrics."""
-
-    def __init__(self, engine: Engine, serve: ServeConfig, keys: frozenset[str] | None) -> None:
-        self.engine, self.serve, self.keys, self.metrics = engine, serve, keys, Metrics()
-        self.batcher = Batcher(
-            engine.decode, wait_s=serve.batch_wait_ms / 1000, max_tokens=serve.batch_tokens, capacity=serve.queue_lines
-        )
-        self.limits = dict(max_lines=serve.max_lines, max_chars=serve.max_chars, max_beam=serve.max_beam)
-
-    async def fields(self, request: Request) -> dict:
-        """The request's fields (requests.py), after the API key check."""
-        fields = await request_fields(request.headers, request.url.query, request.stream(), self.serve.max_body_bytes)
-        if self.keys is not None:
-            key = fields.get("api_key")
-            if key in (None, ""):
-                raise ApiError(400, "Please contact the server operator to get an API key")
-            if not isinstance(key, str) or not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.keys):
-                raise ApiError(403, "Invalid API key")
-        return fields
-
-    async def decode(self, lines: list[str], settings: Settings, controls: dict[str, list] | None = None) -> list:
-        """Each line's hypotheses, decoded by the batcher with others' lines; 503 when its queue is full."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        tokens = self.engine.count_tokens(lines)
-        job = Job(
-            lines, settings, tokens, lambda value: loop.call_soon_threadsafe(_settle, future, value), controls or {}
-        )
-        if not self.batcher.submit(job):
-            raise ApiError(
-                503,
-                f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later",
-                {"Retry-After": str(self.serve.retry_after_s)},
-            )
-        try:
-            results = await future
-        except UserError as exc:
-            raise ApiError(400, f"Invalid request: {exc}") from None
-        except Exception as exc:
-            raise ApiError(500, f"Cannot translate text: {exc}") from None
-        self.metrics.work(len(lines), tokens, sum(len(hyps[0].tokens) for hyps in results if hyps))
-        return results
+WORKER_CLOSE_S = 5.0  # at shutdown, once every request is answered: how long the worker may finish its turn
 
 
 router = APIRouter()
@@ -128,27 +82,25 @@ async def frontend_settings(request: Request) -> dict:
 
 
 @router.post("/translate")
-async def translate(request: Request) -> dict:
+async def translate(request: Request) -> JSONResponse:
     service = _service(request)
     fields = await service.fields(request)
-    plan = plan_translate(
-        fields, service.engine.languages, beam_size=service.engine.defaults.beam_size, **service.limits
-    )
-    return plan.answer(await service.decode(plan.lines, plan.settings))
+    beam_size = service.engine.defaults.beam_size
+    plan = await off_loop(plan_translate, fields, service.engine.languages, beam_size=beam_size, **service.limits)
+    results = await service.decode(request, plan.lines, plan.settings)
+    return await off_loop(lambda: JSONResponse(plan.answer(results)))
 
 
 @router.post("/api/translate")
-async def translate_native(request: Request) -> dict:
+async def translate_native(request: Request) -> JSONResponse:
     service, serve = _service(request), _service(request).serve
     fields = await service.fields(request)
-    lines, settings, controls = plan_native(
-        fields,
-        service.engine.defaults,
-        max_len_a=serve.max_len_a,
-        max_len_b=serve.max_len_b,
-        **service.limits,
+    lengths = dict(max_len_a=serve.max_len_a, max_len_b=serve.max_len_b)
+    lines, settings, controls = await off_loop(
+        plan_native, fields, service.engine.defaults, **lengths, **service.limits
     )
-    return hypotheses(await service.decode(lines, settings, controls), settings.alignment)
+    results = await service.decode(request, lines, settings, controls)
+    return await off_loop(lambda: JSONResponse(hypotheses(results, settings.alignment)))
 
 
 @router.post("/api/attention")
@@ -163,9 +115,9 @@ async def attention(request: Request) -> dict:
     check_lines([text], 1, service.serve.max_chars)
     if layer is not None:
         integer_field(layer, "layer", -64, 63)
-    best = (await service.decode([text], Settings()))[0][0]
+    best = (await service.decode(request, [text], Settings()))[0][0]
     try:
-        drawn = await asyncio.to_thread(service.engine.attention, text, best.tokens, layer)
+        drawn = await off_loop(service.engine.attention, text, best.tokens, layer)
     except UserError as exc:
         raise ApiError(400, f"Invalid request: {exc}") from None
     return {"source": text, "translation": best.text, **drawn}
@@ -187,7 +139,7 @@ def create_app(engine: Engine, serve: ServeConfig, keys: frozenset[str] | None =
     async def lifespan(app: FastAPI):
         service.batcher.start()
         yield
-        await asyncio.to_thread(service.batcher.close)  # after the server answered every accepted request
+        await off_loop(service.batcher.close, WORKER_CLOSE_S)  # every request answered (or cut by the shutdown's bound)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
@@ -196,14 +148,16 @@ def create_app(engine: Engine, serve: ServeConfig, keys: frozenset[str] | None =
     app.add_exception_handler(HTTPException, _http_error)
 
     @app.middleware("http")
-    async def timed(request: Request, call_next):
-        start = time.perf_counter()
+    async def identified(request: Request, call_next):
+        """Each request's id and arrival; its status and latency counted; an unexpected error a 500 with the id."""
+        request.state.id, request.state.arrived = uuid.uuid4().hex[:12], time.monotonic()
         try:
             response = await call_next(request)
-        except Exception:
-            service.metrics.request(500, time.perf_counter() - start)
-            raise
-        service.metrics.request(response.status_code, time.perf_counter() - start)
+        except Exception as exc:  # a route's bug: the detail to the log, the id to the client
+            log.error("request %s (%s %s) failed", request.state.id, request.method, request.url.path, exc_info=exc)
+            response = await _api_error(request, internal_error(request.state.id))
+        response.headers["X-Request-ID"] = request.state.id
+        service.metrics.request(response.status_code, time.monotonic() - request.state.arrived)
         return response
 
     return app

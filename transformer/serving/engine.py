@@ -4,7 +4,8 @@ Requests may change the search (beam size, length penalty, lengths, n-best, alig
 `Translator.with_decode` gives a translator with those settings over the same model, and the last few such
 translators are kept (`VARIANTS`). Search controls that take one value per line (`CONTROLS`: prefix, constraints)
 and switches (`OPTIONS`: replace_unk) pass through to `Translator.translate` as keyword arguments. The model is used
-by one thread at a time (`lock`): the batcher's worker, or an attention request.
+by one thread at a time (`lock`): the batcher's worker, or an attention request. `source_tokens` and `target_pieces`
+cut text as the translator does, for the server's limits and budgets (work.py); they run off the event loop.
 """
 
 from __future__ import annotations
@@ -46,10 +47,18 @@ class Engine:
         self.lock = threading.Lock()
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
 
-    def count_tokens(self, lines: list[str]) -> int:
-        """Source tokens (pieces + EOS) of the non-empty lines: the gathering's budget counts these."""
-        kept = [line.strip() for line in lines if line.strip()]
-        return sum(len(ids) for ids in self.tokenizer.encode_src(kept)) if kept else 0
+    @property
+    def max_positions(self) -> int:
+        """The model's positions: an output is at most max_positions - 1 pieces long, whatever a request asks."""
+        return self.translator.model.max_positions
+
+    def source_tokens(self, lines: list[str]) -> list[int]:
+        """Each line's source tokens (pieces + EOS; 0 for an empty line), as the translator cuts it."""
+        return _lengths(self.tokenizer.encode_src, lines)
+
+    def target_pieces(self, texts: list[str]) -> list[int]:
+        """Each text's target pieces (0 for an empty one), as a prefix or a constraint phrase is cut."""
+        return _lengths(self.tokenizer.encode_tgt, texts)
 
     def decode(self, settings: Settings, lines: list[str], controls: dict[str, list]) -> list[list]:
         """One list of `Translation`s (best first, `settings.nbest` long at most) per line, in order."""
@@ -80,3 +89,10 @@ class Engine:
             layer, panel = self.translator.cross_attention(text, tokens, layer=layer, max_pieces=ATTENTION_PIECES)
         weights = [[round(float(w), 4) for w in row] for row in panel.weights.tolist()]
         return {"layer": layer, "rows": panel.rows, "columns": panel.columns, "weights": weights}
+
+
+def _lengths(encode, texts: list[str]) -> list[int]:
+    """len(encode(text.strip())) of each text, 0 for a blank one (not encoded)."""
+    kept = [text.strip() for text in texts if text.strip()]
+    counts = iter([len(ids) for ids in encode(kept)] if kept else [])
+    return [next(counts) if text.strip() else 0 for text in texts]

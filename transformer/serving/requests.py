@@ -5,11 +5,13 @@ Every problem is an `ApiError` (an HTTP status and one line), answered as LibreT
 as the bytes read pass the limit (a chunked body), with 413. Non-UTF-8 text, malformed JSON (nesting too deep
 included), a form that does not parse and a multipart body with a file part are 400s. Form and multipart fields
 keep the first value of a repeated name, and the query string's fields count too (Flask's `request.values`, which
-LibreTranslate reads); a JSON body's fields are its top-level object's keys and nothing else.
+LibreTranslate reads); a JSON body's fields are its top-level object's keys and nothing else. The body is read on
+the event loop (`read_body`) and parsed off it (`parse_fields`, in a worker thread).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import parse_qsl
@@ -103,9 +105,11 @@ async def parse_multipart(headers: Mapping[str, str], body: bytes) -> dict[str, 
     return fields
 
 
-async def request_fields(headers: Mapping[str, str], query: str, stream: AsyncIterator[bytes], limit: int) -> dict:
-    """The request's fields from its body (JSON, form or multipart), with the query string's under a form's."""
-    body = await read_body(headers, stream, limit)
+def parse_fields(headers: Mapping[str, str], query: str, body: bytes) -> dict:
+    """The request's fields from its body (JSON, form or multipart), with the query string's under a form's.
+
+    CPU work on up to a whole body: called off the event loop (asyncio.to_thread). Starlette's multipart parser is a
+    coroutine, so it runs to completion here on an event loop of this thread's own."""
     kind = media_type(headers)
     if kind in JSON_TYPES or kind.endswith("+json"):
         return parse_json(body)
@@ -113,7 +117,7 @@ async def request_fields(headers: Mapping[str, str], query: str, stream: AsyncIt
     if kind == FORM_TYPE:
         return {**fields, **parse_form(body)}
     if kind == MULTIPART_TYPE:
-        return {**fields, **await parse_multipart(headers, body)}
+        return {**fields, **asyncio.run(parse_multipart(headers, body))}
     if body.strip():
         raise ApiError(
             400,

@@ -3,7 +3,9 @@
 - The socket is bound here, before uvicorn starts, so an address in use or not ours is one line and exit code 2,
   and `--port 0` takes a free port; the line `serving on http://HOST:PORT` (stderr) names the port taken.
 - SIGTERM (or Ctrl-C): uvicorn stops accepting connections, answers every request it accepted (the batcher
-  decodes what it admitted), then the batcher's worker stops and the process exits with code 0.
+  decodes what it admitted), then the batcher's worker stops and the process exits with code 0. The wait is
+  bounded: requests still unanswered `--shutdown-timeout-s` after the signal are answered 503 (service.py's
+  `drain`), and uvicorn's own bound, a few seconds later, ends any connection still open.
 - `--api-keys FILE`: one key per line (blank lines and lines starting with '#' skipped); requests then need one.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -19,6 +22,7 @@ from transformer.config import ServeConfig
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
+SHUTDOWN_MARGIN_S = 3.0  # past --shutdown-timeout-s, for the 503s to be sent before uvicorn cuts connections
 
 
 def read_keys(path: str | Path) -> frozenset[str]:
@@ -69,15 +73,25 @@ def serve(
         ", ".join(checkpoints),
         "API keys required" if keys else "no API keys",
     )
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False)
-    GracefulServer(config).run(sockets=[sock])
+    bound = serve_config.shutdown_timeout_s + SHUTDOWN_MARGIN_S
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=bound, access_log=False)
+    GracefulServer(config, on_shutdown=app.state.service.drain).run(sockets=[sock])
     log.info("stopped: every accepted request was answered")
     return 0
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's Server, except that after a graceful stop on SIGTERM/SIGINT the process exits 0 (uvicorn re-raises
-    the signal once it has shut down, which would end the process by that signal)."""
+    """uvicorn's Server, except that `on_shutdown` is called (on the event loop) as the shutdown begins, and after a
+    graceful stop on SIGTERM/SIGINT the process exits 0 (uvicorn re-raises the signal once it has shut down, which
+    would end the process by that signal)."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None] = lambda: None) -> None:
+        super().__init__(config)
+        self.on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.on_shutdown()
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig, frame) -> None:
         super().handle_exit(sig, frame)

@@ -1,0 +1,171 @@
+"""What the routes share (app.py): the engine, the batcher, the limits, the keys and the metrics, and how one
+request's body, work and answer are bounded.
+
+- The event loop moves bytes and little else: parsing a body, planning a request, tokenizing (the limits and
+  weights of work.py), decoding and building an answer run in threads (`off_loop`, or the batcher's worker), so a
+  large request never stalls the other connections.
+- A request's deadline, `--request-timeout-s` from its arrival: a body that has not arrived by then is a 408; an
+  answer not decoded by then is a 504, and the batcher drops the rest of its lines at its next turn.
+- A model error answers 500 with the request's id and a generic message; the detail goes to the server log with the
+  same id (batcher.py logs it), never to the client.
+- Shutdown (`drain`, on SIGTERM): no new request is admitted (503), the requests in flight are decoded, and those
+  still unanswered `--shutdown-timeout-s` later are answered 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import Request
+
+from transformer.config import ServeConfig
+from transformer.errors import UserError
+from transformer.serving.batcher import Batcher, ExpiredError, Job
+from transformer.serving.engine import Engine, Settings
+from transformer.serving.metrics import Metrics
+from transformer.serving.requests import ApiError, parse_fields, read_body
+from transformer.serving.work import WorkLimits, measure
+
+
+async def off_loop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`function(*args, **kwargs)` in a worker thread: CPU work kept off the event loop."""
+    return await asyncio.to_thread(function, *args, **kwargs)
+
+
+def _settle(future: asyncio.Future, value: object) -> None:
+    if not future.done():
+        future.set_exception(value) if isinstance(value, BaseException) else future.set_result(value)
+
+
+def _deliverer(future: asyncio.Future) -> Callable[[object], None]:
+    """How the batcher's worker hands `future` its value: through the future's event loop."""
+    loop = future.get_loop()
+
+    def deliver(value: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the request was answered (cut) before
+            loop.call_soon_threadsafe(_settle, future, value)
+
+    return deliver
+
+
+def internal_error(request_id: str) -> ApiError:
+    """The 500 a client sees: the request's id and where the detail is, nothing of the exception itself."""
+    return ApiError(500, f"Cannot translate text: internal error (request id {request_id}; the server log has it)")
+
+
+class Service:
+    """The routes' shared state and the bounded steps of a request: its fields, its decoding, the shutdown."""
+
+    def __init__(self, engine: Engine, serve: ServeConfig, keys: frozenset[str] | None) -> None:
+        self.engine, self.serve, self.keys, self.metrics = engine, serve, keys, Metrics()
+        self.batcher = Batcher(
+            engine.decode,
+            wait_s=serve.batch_wait_ms / 1000,
+            max_tokens=serve.batch_tokens,
+            capacity=serve.queue_lines,
+        )
+        self.limits = dict(max_lines=serve.max_lines, max_chars=serve.max_chars, max_beam=serve.max_beam)
+        self.work_limits = WorkLimits.of(serve)
+        self._stopping = asyncio.Event()  # set when the shutdown's bound passes: whatever still waits is cut
+        self._closing = False  # the shutdown began: no new request is admitted
+
+    def deadline(self, request: Request) -> float:
+        """time.monotonic() by which `request` is answered (its arrival + --request-timeout-s)."""
+        return request.state.arrived + self.serve.request_timeout_s
+
+    async def fields(self, request: Request) -> dict:
+        """The request's fields (requests.py), after the API key check; a body not read by the deadline is a 408."""
+        reading = read_body(request.headers, request.stream(), self.serve.max_body_bytes)
+        try:
+            body = await self._within(reading, self.deadline(request))
+        except TimeoutError:
+            limit = self.serve.request_timeout_s
+            raise ApiError(
+                408, f"Request timeout: the body did not arrive within {limit:g} s (--request-timeout-s)"
+            ) from None
+        fields = await off_loop(parse_fields, request.headers, request.url.query, body)
+        if self.keys is not None:
+            key = fields.get("api_key")
+            if key in (None, ""):
+                raise ApiError(400, "Please contact the server operator to get an API key")
+            if not isinstance(key, str) or not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.keys):
+                raise ApiError(403, "Invalid API key")
+        return fields
+
+    async def decode(
+        self, request: Request, lines: list[str], settings: Settings, controls: dict[str, list] | None = None
+    ) -> list:
+        """Each line's hypotheses, decoded by the batcher with others' lines, within the work limits (400), the
+        queue (503) and the request's deadline (504)."""
+        if not lines:
+            return []
+        controls = controls or {}
+        sources, weights = await off_loop(measure, self.engine, lines, settings, controls, self.work_limits)
+        if self._closing:
+            raise ApiError(503, "Server shutting down: retry on another server", self._retry_after())
+        future = asyncio.get_running_loop().create_future()
+        job = Job(
+            lines,
+            settings,
+            weights,
+            _deliverer(future),
+            controls,
+            deadline=self.deadline(request),
+            name=request.state.id,
+        )
+        if not self.batcher.submit(job):
+            busy = f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later"
+            raise ApiError(503, busy, self._retry_after())
+        results = await self._results(job, future, request.state.id)
+        self.metrics.work(len(lines), sum(sources), sum(len(hyps[0].tokens) for hyps in results if hyps))
+        return results
+
+    async def _results(self, job: Job, future: asyncio.Future, request_id: str) -> list:
+        """The job's results, or the ApiError its end calls for; the batcher drops a job answered otherwise."""
+        try:
+            return await self._within(future, job.deadline)
+        except (TimeoutError, ExpiredError):
+            limit = self.serve.request_timeout_s
+            raise ApiError(
+                504, f"Request timeout: not translated within {limit:g} s (--request-timeout-s); send less at once"
+            ) from None
+        except UserError as exc:
+            raise ApiError(400, f"Invalid request: {exc}") from None
+        except ApiError:
+            raise
+        except Exception:  # the batcher logged it, with this request's id
+            raise internal_error(request_id) from None
+        finally:
+            job.cancel()
+
+    async def _within(self, awaitable: Awaitable, deadline: float):
+        """`awaitable`'s result; TimeoutError past `deadline` (time.monotonic()), or a 503 once the shutdown's bound
+        passed; either way `awaitable` is cancelled."""
+        task = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            left = max(deadline - time.monotonic(), 0.0)
+            done, _ = await asyncio.wait({task, stop}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():  # past the deadline, the shutdown's bound, or this request itself cancelled
+                task.cancel()
+        if task in done:
+            return task.result()
+        if self._stopping.is_set():
+            raise ApiError(503, "Server shutting down: not answered in time; retry", self._retry_after())
+        raise TimeoutError
+
+    def _retry_after(self) -> dict[str, str]:
+        return {"Retry-After": str(self.serve.retry_after_s)}
+
+    def drain(self) -> None:
+        """Shutdown begins (from the event loop): admit nothing more; what still waits --shutdown-timeout-s later
+        (a body, a translation) is answered 503."""
+        self._closing = True
+        asyncio.get_running_loop().call_later(self.serve.shutdown_timeout_s, self._stopping.set)
