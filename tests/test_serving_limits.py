@@ -138,3 +138,15 @@ def test_a_client_that_sends_half_a_header_or_half_a_body_and_stalls_delays_no_o
             answered += chunk
         assert answered.startswith(b"HTTP/1.1 408") and b"--request-timeout-s" in answered
         assert time.monotonic() - start < DEADLINE_S + 2
+
+
+def test_a_client_learns_which_controls_were_relaxed_and_which_phrases_are_unmet(server):
+    """A constraint that cannot fit the output length the request allows is dropped before the search: the answer
+    names it per line (relaxed, unmet); an ordinary line beside it reports nothing set aside."""
+    line = sentences(1, seed=7)[0]
+    body = {"q": [line, line], "constraints": [["the a dog"], []], "max_len_a": 0, "max_len_b": 2}
+    status, _, answer = native(server, body)
+    assert status == 200, answer
+    steered, plain = (hyps[0] for hyps in answer["translations"])
+    assert steered["relaxed"] == ["constraints"] and steered["unmet"] == ["the a dog"]
+    assert plain["relaxed"] == [] and plain["unmet"] == [] and isinstance(plain["score"], float)

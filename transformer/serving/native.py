@@ -6,8 +6,9 @@ within the server's limits), `alignment` (true: word links per hypothesis), `ali
 controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constraints`: one list of strings per
 line, [] for none), `replace_unk` (true/false), and `api_key`.
 Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
-`{"text", "score", "log_prob", "tokens"}` (the number of output pieces) and, with `alignment`, `"alignment":
-[[source word, target word], ...]`.
+`{"text", "score", "log_prob", "tokens", "relaxed", "unmet"}` (tokens: the number of output pieces; relaxed: the
+controls set aside for the line, unmet: the constraint phrases the hypothesis misses) and, with `alignment`,
+`"alignment": [[source word, target word], ...]`.
 """
 
 from __future__ import annotations
@@ -143,7 +144,9 @@ def hypotheses(results: list[list], alignment: bool) -> dict:
     """The answer: per line, its hypotheses as JSON objects."""
 
     def hypothesis(t) -> dict:
-        out = {"text": t.text, "score": round(t.score, 6), "log_prob": round(t.log_prob, 6), "tokens": len(t.tokens)}
+        score, log_prob = (round(x, 6) if math.isfinite(x) else None for x in (t.score, t.log_prob))  # JSON: no -inf
+        out = {"text": t.text, "score": score, "log_prob": log_prob, "tokens": len(t.tokens)}
+        out |= {"relaxed": list(t.relaxed), "unmet": list(t.unmet)}  # controls set aside, phrases missed (decoding.md)
         if alignment:
             out["alignment"] = [list(link) for link in t.alignment or []]
         return out
