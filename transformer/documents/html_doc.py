@@ -58,8 +58,8 @@ class Blocks:
         if self.kept is not None:
             self._copy(kind, text, tag)
         elif kind == "data":
-            if UNENDED.match(text):
-                shown = text[:30].split("\n")[0]
+            if unended := UNENDED.search(text):  # html.parser gives up on a tag only at the end
+                shown = text[unended.start() :][:30].split("\n")[0]
                 raise self._error(start, f"a tag or comment that never ends ({shown!r}...)")
             self.pieces += text_pieces(text)
         elif kind == "comment":

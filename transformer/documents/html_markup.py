@@ -110,7 +110,9 @@ def events(source: str) -> list[tuple[str, str, str, list, int]]:
     starts = [start for start, *_ in parser.events] + [len(source)]
     found = []
     for (start, kind, tag, attrs), end in zip(parser.events, starts[1:]):
-        if end > start:
+        if end > start and kind == "data" and found and found[-1][0] == "data":  # one run of text, one event
+            found[-1] = ("data", found[-1][1] + source[start:end], "", [], found[-1][4])
+        elif end > start:
             found.append((kind, source[start:end], tag, attrs, start))
     return found
 
