@@ -45,7 +45,7 @@ $(VENV)/.installed: pyproject.toml
 	else \
 		$(PYTHON) -m venv $(VENV) && $(PIP) --upgrade pip && $(PIP) "$(TORCH_SPEC)"; \
 	fi
-	$(PIP) -e ".[plot]"
+	$(PIP) -e ".[plot,documents]"
 	@touch $@
 
 # Tests and lint also need the dev extra (pytest, ruff, and the export/TensorBoard/Moses packages their tests use);
@@ -53,7 +53,7 @@ $(VENV)/.installed: pyproject.toml
 setup-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) -e ".[dev,plot]"
+	$(PIP) -e ".[dev,plot,documents]"
 	@touch $@
 
 test: setup-dev

@@ -40,6 +40,10 @@ COVERED_ELSEWHERE = {  # command -> (the file that runs it, how)
         "the dev extra that `make test` installs holds the serve extra's packages",
     ),
     "transformer-serve --checkpoint CKPT": ("tests/test_serving.py", "starts the real server and talks HTTP to it"),
+    "transformer-translate --checkpoint CKPT --format --input report.docx --output report.en.docx": (
+        "tests/test_documents_cli.py",
+        "translates a Word file end to end (test_each_format_is_translated_end_to_end)",
+    ),
     'curl -s localhost:5000/translate -H \'Content-Type: application/json\' -d \'{"q": "Hola.", "source": "es", '
     '"target": "en"}\'': ("tests/test_serving.py", "sends this request (test_the_readme_curl_request)"),
 }
@@ -65,6 +69,18 @@ FILES = {  # inputs the README's commands name; out.en is also written by a tran
     "ref2.en": [r.lower() for r in REFERENCES],
     "prefix.en": ["And God", "", "", ""],
     "terms.jsonl": ['["light"]', "[]", "[]", '["wept"]'],
+    "page.html": ["<p>Y dijo <b>Dios</b>: Sea la luz.</p>"],  # the --format examples' documents
+    "notes.md": ["# En el principio", "", "Y dijo *Dios*: Sea la luz."],
+    "talk.srt": [
+        "1",
+        "00:00:01,000 --> 00:00:02,000",
+        "Y dijo Dios:",
+        "",
+        "2",
+        "00:00:03,000 --> 00:00:04,000",
+        "Sea.",
+    ],
+    "talk.vtt": ["WEBVTT", "", "00:01.000 --> 00:02.000", "Jesús lloró."],
 }
 
 

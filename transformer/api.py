@@ -9,6 +9,7 @@
     t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
     t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
+    t.translate_document("<p>Hola <b>amigo</b>.</p>", "html")  # a whole document, markup kept (documents/)
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -129,6 +130,19 @@ class Translator:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results
 
+    def translate_document(
+        self, document: str | bytes, format: str, *, attributes: bool = False, language: str | None = None
+    ) -> str | bytes:
+        """A whole document (str, or UTF-8 bytes; bytes for "docx") translated as `format` (text, html, markdown,
+        srt, vtt, docx), its markup kept and inline tags placed by word alignment; the same type back. Needs the
+        `documents` extra. attributes: html's alt and title translated too; language: the source language for
+        the sentence splitter (default: the checkpoint's data.src_lang). docs/documents.md."""
+        from transformer.documents import translate_document
+
+        language = language or self.config.data.src_lang
+        adapter = SentenceAdapter(self._engine(1))
+        return translate_document(document, format, adapter, language=language, attributes=attributes)
+
     @property
     def reads_attention(self) -> bool:
         """Whether alignments and attention maps can be read: one model's attention (a `Transformer`), not an
@@ -154,6 +168,23 @@ class Translator:
         `per_token` and `ppl` (scoring.py; an empty source is not scored: tokens 0)."""
         sources, targets = ([x] if isinstance(x, str) else list(x) for x in (sources, targets))
         return self._engine(1).score(sources, targets)
+
+
+class SentenceAdapter:
+    """What transformer.documents asks of a model (its `SentenceTranslator`), over the streaming engine: the best
+    translation of each sentence with its word alignment (None from an ensemble, which has no one attention), and
+    whether a sentence is within the model's positions."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.alignment = isinstance(engine.model, AttentionModel)
+
+    def translate(self, sentences: list[str]) -> list[tuple[str, list[tuple[int, int]] | None]]:
+        results = self.engine.translate(sentences, alignment=self.alignment)
+        return [(hypotheses[0].text, hypotheses[0].alignment) for hypotheses in results]
+
+    def fits(self, sentence: str) -> bool:
+        return len(self.engine.tokenizer.encode_src([sentence])[0]) <= self.engine.model.max_positions
 
 
 def _with_decode(config, decode: dict[str, object]):

@@ -8,6 +8,8 @@ import argparse
 from transformer.commands.parsers import count
 from transformer.config import CHUNK_LINES, PRECISIONS, DecodeConfig, choices
 
+DOCUMENT_FORMATS = ("text", "html", "markdown", "srt", "vtt", "docx")  # transformer.documents.FORMATS (tested)
+
 
 def config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument(
@@ -105,9 +107,25 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         "source text it is aligned to (last decoder layer; an ensemble: its first model)",
     )
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
+    document_args(parser)
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument(
         "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
+    )
+
+
+def document_args(parser: argparse.ArgumentParser) -> None:
+    """--format and its option: a whole document instead of lines (commands/documents.py)."""
+    parser.add_argument(
+        "--format",
+        nargs="?",
+        const="auto",
+        choices=("auto", *DOCUMENT_FORMATS),
+        help="translate --input as one document of this format, its markup kept (auto, or no value: from the "
+        "file's extension; needs the documents extra; docs/documents.md); without it, one line out per line in",
+    )
+    parser.add_argument(
+        "--translate-attributes", action="store_true", help="with --format html: also translate alt and title"
     )
 
 

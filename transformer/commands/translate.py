@@ -144,6 +144,10 @@ def _check_files(args: argparse.Namespace) -> None:
 def run_translate(args: argparse.Namespace) -> int:
     split_checkpoints(args)
     _check_files(args)
+    if args.format:  # a whole document, markup kept (commands/documents.py)
+        from transformer.commands.documents import translate_file
+
+        return translate_file(args)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
     if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:

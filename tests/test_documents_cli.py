@@ -1,0 +1,137 @@
+"""transformer-translate --format and Translator.translate_document end to end on a tiny checkpoint: every format
+written with its structure kept, long paragraphs cut to fit the model (never truncated), bad files refused with one
+line and exit 2, nothing written."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections import Counter
+
+import pytest
+import tiny_checkpoint
+from document_samples import EXTENSIONS, SAMPLES, sample
+
+pytest.importorskip("sentencex")
+pytest.importorskip("docx")
+
+from transformer.commands.cli import translate_main  # noqa: E402
+from transformer.documents import FORMATS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    return str(tiny_checkpoint.build(tmp_path_factory.mktemp("documents"))["checkpoint"])
+
+
+def _write(path, data) -> None:
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def _tags(text: str) -> Counter:
+    return Counter(re.findall(r"<[^>]*>", text))
+
+
+def _structure(format: str, text: str):
+    """What translation must not change: tags, cue times, code blocks, paragraph count."""
+    if format in ("srt", "vtt"):
+        return [line for line in text.split("\n") if "-->" in line or line.strip().isdigit()]
+    if format == "html":
+        return _tags(text)
+    if format == "markdown":
+        return [line for line in text.split("\n") if line.startswith(("```", "    ", "|---", "[ref]:"))]
+    return len(re.split(r"\n\s*\n", text))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("format", sorted(FORMATS))
+def test_each_format_is_translated_end_to_end(format, checkpoint, tmp_path):
+    source, out = tmp_path / f"in.{EXTENSIONS[format]}", tmp_path / f"out.{EXTENSIONS[format]}"
+    _write(source, sample(format))
+    argv = ["--checkpoint", checkpoint, "--format", "--input", str(source), "--output", str(out), "--quiet"]
+    assert translate_main(argv) == 0
+    if format == "docx":
+        import docx
+
+        document = docx.Document(io.BytesIO(out.read_bytes()))
+        assert len(document.paragraphs) == 1 and document.tables[0].cell(0, 0).text.strip()
+        assert any(run.bold for run in document.paragraphs[0].runs)
+        return
+    text = out.read_text(encoding="utf-8")
+    assert text != SAMPLES[format]
+    assert _structure(format, text) == _structure(format, SAMPLES[format])
+
+
+@pytest.mark.slow
+def test_a_paragraph_longer_than_the_model_is_cut_to_fit_not_truncated(checkpoint, tmp_path, caplog):
+    words = tiny_checkpoint.sentences(30, seed=3)
+    source, out = tmp_path / "long.txt", tmp_path / "long.out.txt"
+    source.write_text(" ".join(words) + "\n\n" + "small cat.\n", encoding="utf-8")  # 100+ words, no full stop
+    with caplog.at_level(logging.WARNING):
+        assert (
+            translate_main(
+                [
+                    "--checkpoint",
+                    checkpoint,
+                    "--format",
+                    "text",
+                    "--input",
+                    str(source),
+                    "--output",
+                    str(out),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+    assert "truncated" not in caplog.text
+    paragraphs = out.read_text(encoding="utf-8").split("\n\n")
+    assert len(paragraphs) == 2 and paragraphs[1].endswith("\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, data, flags, expected",
+    [
+        ("bad.html", b"<p>\xff</p>", [], "bad.html line 1 is not valid UTF-8"),
+        ("bad.html", b"<p><b><i>x</b></i></p>", [], "</b> closes <b> while <i> inside it is still open"),
+        ("bad.docx", b"PK\x03\x04 broken", [], "bad.docx: not a Word .docx file"),
+        ("bad.srt", b"1\nno times here\nhi\n", [], "bad.srt: line 1: not an SRT cue"),
+        ("doc.pdf", b"%PDF-1.4", [], "cannot tell the format of"),
+        ("doc.html", b"<p>hi</p>", ["--nbest", "2"], "--nbest apply to lines, not documents"),
+        ("doc.html", b"<p>hi</p>", ["--alignment"], "--alignment apply to lines, not documents"),
+    ],
+)
+def test_a_bad_document_exits_2_with_one_line_and_writes_nothing(
+    checkpoint, tmp_path, capsys, name, data, flags, expected
+):
+    source, out = tmp_path / name, tmp_path / "out.file"
+    source.write_bytes(data)
+    out.write_text("previous contents", encoding="utf-8")
+    argv = ["--checkpoint", checkpoint, "--format", "--input", str(source), "--output", str(out), *flags]
+    assert translate_main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and expected in error and "\n" not in error and "Traceback" not in error
+    assert out.read_text(encoding="utf-8") == "previous contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "out.file"])  # no temporary file left
+
+
+@pytest.mark.slow
+def test_without_format_the_command_is_line_by_line_as_before(checkpoint, tmp_path):
+    source, out = tmp_path / "lines.html", tmp_path / "lines.out"
+    source.write_text("<p>the cat</p>\n\nsmall dog\n", encoding="utf-8")
+    assert translate_main(["--checkpoint", checkpoint, "--input", str(source), "--output", str(out), "--quiet"]) == 0
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 4  # one line out per line in
+
+
+@pytest.mark.slow
+def test_the_python_api_translates_a_document_and_returns_its_type(checkpoint):
+    from transformer import Translator
+
+    translator = Translator.from_checkpoint(checkpoint)
+    html = "<p>the cat <b>sat</b> on the mat.</p>"
+    out = translator.translate_document(html, "html")
+    assert isinstance(out, str) and _tags(out) == _tags(html)
+    assert isinstance(translator.translate_document(html.encode(), "html"), bytes)
+    assert isinstance(translator.translate_document(sample("docx"), "docx"), bytes)
