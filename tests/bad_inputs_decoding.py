@@ -155,7 +155,7 @@ TRANSLATE = [
         "translate",  # 12 lines of a few tokens: one batch of 12 sentences
         ["--checkpoint", "{ckpt}", "--input", "{src}", "--output", "{tmp}/out.txt"],
         "out of GPU memory decoding a batch of 12 sentences of up to ",
-        lambda tmp, mp: (OLD(tmp, mp), out_of_memory("transformer.decoding.translator.generate")(tmp, mp)),
+        lambda tmp, mp: (OLD(tmp, mp), out_of_memory("transformer.decoding.relaxation.generate")(tmp, mp)),
         check=lambda tmp, out, err: (
             "beam 2 (tried to allocate 2.50 GiB): lower --max-tokens (decode.max_tokens, "
             "now 8000), e.g. --max-tokens 4000" in err
@@ -166,7 +166,7 @@ TRANSLATE = [
         "translate",
         ["--checkpoint", "{ckpt}", "the cat"],
         "one sentence does not fit: a smaller --beam or --max-len-b, or --device cpu",
-        out_of_memory("transformer.decoding.translator.generate"),
+        out_of_memory("transformer.decoding.relaxation.generate"),
     ),
 ]
 EVALUATE = [
@@ -269,7 +269,7 @@ EVALUATE = [
         "evaluate",
         ["--checkpoint", "{ckpt}", "--output", "{tmp}/h"],
         "lower --max-tokens (decode.max_tokens, now 8000)",
-        out_of_memory("transformer.decoding.translator.generate"),
+        out_of_memory("transformer.decoding.relaxation.generate"),
         check=lambda tmp, out, err: not (tmp / "h").exists(),
     ),
     Case(
