@@ -69,6 +69,7 @@ FILES = {  # inputs the README's commands name; out.en is also written by a tran
     "ref2.en": [r.lower() for r in REFERENCES],
     "prefix.en": ["And God", "", "", ""],
     "terms.jsonl": ['["light"]', "[]", "[]", '["wept"]'],
+    "glossary.tsv": ["# source<TAB>target, an optional <TAB>cased", "luz\tlight", "Dios\tGod\tcased"],
     "page.html": ["<p>Y dijo <b>Dios</b>: Sea la luz.</p>"],  # the --format examples' documents
     "notes.md": ["# En el principio", "", "Y dijo *Dios*: Sea la luz."],
     "talk.srt": [

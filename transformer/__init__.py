@@ -9,6 +9,7 @@ __all__ = [
     "Config",
     "DataConfig",
     "DecodeConfig",
+    "Glossary",
     "ModelConfig",
     "TrainConfig",
     "Translator",
@@ -23,4 +24,8 @@ def __getattr__(name: str):
         from transformer.api import Translator
 
         return Translator
+    if name == "Glossary":
+        from transformer.decoding.glossary import Glossary
+
+        return Glossary
     raise AttributeError(f"module 'transformer' has no attribute {name!r}")

@@ -6,6 +6,8 @@
     t.translate(["Hola."], nbest=4)   # -> [[Translation(text, score, log_prob, tokens), ...]], best first
     t.translate(["Hola."], alignment=True)  # -> [Translation(text="Hello.", alignment=[(0, 0)], ...)]
     t.translate(["Hola amigo."], prefix=["Hello"], constraints=[["friend"]])  # steered (decoding/steering.py)
+    t.translate(["Hola Juan."], glossary="terms.tsv")  # each term a line holds a constraint (decoding/glossary.py)
+    Translator.from_checkpoint(path, glossary=Glossary.load("terms.tsv"))  # the glossary of every translate call
     t.score(["Hola."], ["Hello."])    # -> [Score(log_prob, tokens)]: log P(target | source), .per_token, .ppl
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
     t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
@@ -20,7 +22,7 @@ length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as th
 Several checkpoints (ensemble.py) must share one tokenizer; the first one's settings apply.
 Every line gets a translation: where its prefix, constraints and repetition blocking conflict, they are set aside in
 order (decoding/relaxation.py), with a warning, and each `Translation` names them (`relaxed`) and the phrases it
-lacks (`unmet`).
+lacks (`unmet`); a glossary's terms are constraints like the caller's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch
 from transformer.decoding.alignment import resolve_layer
 from transformer.decoding.attention_maps import MAX_PIECES, Panel, attention_figures
 from transformer.decoding.cpu_linear import quantize_int8
+from transformer.decoding.glossary import Glossary, as_glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score
 from transformer.decoding.translator import Translation, truncate_source, with_settings
@@ -44,17 +47,28 @@ from transformer.errors import UserError
 class Translator:
     """Text in, text out, from a checkpoint. See the module docstring."""
 
-    def __init__(self, model, tokenizer, config, *, device: str | torch.device = "cpu", precision: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config,
+        *,
+        device: str | torch.device = "cpu",
+        precision: str | None = None,
+        glossary: Glossary | None = None,
+    ):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.device, self.precision = device, precision
+        self.glossary = glossary  # the glossary of every `translate` call that names none
         self._engines: dict[int, _Engine] = {}
         self._shared: dict[str, _Engine] = {}  # the first engine built, shared with `with_decode`'s translators
 
     def with_decode(self, **decode: object) -> Translator:
         """This translator with `decode` keywords replacing decoding settings (beam_size, alpha, max_len_b, ...),
         validated as in `from_checkpoint`; the model, and its packed CPU copy, are shared, not copied."""
+        config = _with_decode(self.config, decode)
         other = Translator(
-            self.model, self.tokenizer, _with_decode(self.config, decode), device=self.device, precision=self.precision
+            self.model, self.tokenizer, config, device=self.device, precision=self.precision, glossary=self.glossary
         )
         other._shared = self._shared
         return other
@@ -67,13 +81,16 @@ class Translator:
         device: str | torch.device = "cpu",
         precision: str | None = None,
         int8: bool = False,
+        glossary: Glossary | str | Path | None = None,
         **decode: object,
     ) -> Translator:
         """Load `path` (weights_only), or several paths as an ensemble; `decode` keywords override the (first)
-        checkpoint's decoding settings."""
+        checkpoint's decoding settings; `glossary` (a `Glossary` or a file, loaded once) steers every `translate`
+        call that gives none."""
         from transformer.decoding.ensemble import load_models
         from transformer.devices import pick_device
 
+        glossary = as_glossary(glossary)  # a bad file is refused before the checkpoint is read
         device = pick_device(str(device))
         model, tokenizer, config = load_models([path] if isinstance(path, (str, Path)) else path, "cpu")
         config = _with_decode(config, decode)
@@ -81,7 +98,7 @@ class Translator:
             if device.type != "cpu":
                 raise UserError("int8=True is PyTorch's CPU dynamic quantization; use device='cpu'")
             model = quantize_int8(model)
-        return cls(model, tokenizer, config, device=device, precision=precision)
+        return cls(model, tokenizer, config, device=device, precision=precision, glossary=glossary)
 
     def _engine(self, nbest: int) -> _Engine:
         if nbest not in self._engines:
@@ -108,6 +125,7 @@ class Translator:
         prefix: str | Sequence[str] | None = None,
         constraints: Sequence[str] | Sequence[Sequence[str]] | None = None,
         replace_unk: bool = False,
+        glossary: Glossary | str | Path | None = None,
     ) -> list[str] | list[Translation] | list[list[Translation]]:
         """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens).
 
@@ -117,14 +135,18 @@ class Translator:
         scores include their log-probability. constraints: one list of phrases per input ([] = none; a list of
         str for a str input): each output contains every phrase, in any order (beam search: dynamic beam
         allocation, decoding/constraints.py, at a beam of max(beam_size, constraint_beam_size)). replace_unk: each
-        <unk> of an output becomes the source text it is aligned to (decoding/unknown_words.py).
+        <unk> of an output becomes the source text it is aligned to (decoding/unknown_words.py). glossary: a
+        `Glossary` or a glossary file (loaded at each call: load it once with `Glossary.load`) for this call, in
+        place of the translator's (None: the translator's; an empty `Glossary()`: none); the target terms of the
+        terms each input holds join its constraints (decoding/glossary.py).
         """
         if isinstance(texts, str):
             texts = [texts]
             prefix = [prefix] if isinstance(prefix, str) else prefix
             constraints = [constraints] if constraints is not None else None
         engine = self._engine(nbest or 1)
-        steer = dict(prefix=prefix, constraints=constraints, replace_unk=replace_unk)
+        glossary = self.glossary if glossary is None else as_glossary(glossary)
+        steer = dict(prefix=prefix, constraints=constraints, replace_unk=replace_unk, glossary=glossary)
         results = list(engine.translate(list(texts), alignment=alignment, alignment_layer=alignment_layer, **steer))
         if nbest is None:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
@@ -140,7 +162,7 @@ class Translator:
         from transformer.documents import translate_document
 
         language = language or self.config.data.src_lang
-        adapter = SentenceAdapter(self._engine(1))
+        adapter = SentenceAdapter(self._engine(1), self.glossary)
         return translate_document(document, format, adapter, language=language, attributes=attributes)
 
     @property
@@ -173,14 +195,14 @@ class Translator:
 class SentenceAdapter:
     """What transformer.documents asks of a model (its `SentenceTranslator`), over the streaming engine: the best
     translation of each sentence with its word alignment (None from an ensemble, which has no one attention), and
-    whether a sentence is within the model's positions."""
+    whether a sentence is within the model's positions; with a glossary, each sentence's terms are constraints."""
 
-    def __init__(self, engine: _Engine) -> None:
-        self.engine = engine
+    def __init__(self, engine: _Engine, glossary: Glossary | None = None) -> None:
+        self.engine, self.glossary = engine, glossary
         self.alignment = isinstance(engine.model, AttentionModel)
 
     def translate(self, sentences: list[str]) -> list[tuple[str, list[tuple[int, int]] | None]]:
-        results = self.engine.translate(sentences, alignment=self.alignment)
+        results = self.engine.translate(sentences, alignment=self.alignment, glossary=self.glossary)
         return [(hypotheses[0].text, hypotheses[0].alignment) for hypotheses in results]
 
     def fits(self, sentence: str) -> bool:

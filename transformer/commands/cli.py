@@ -214,6 +214,13 @@ def _serve_args(parser: argparse.ArgumentParser) -> None:
         "--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: an ensemble"
     )
     parser.add_argument("--api-keys", metavar="FILE", help="require an api_key field, one of FILE's lines")
+    parser.add_argument(
+        "--glossary",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a glossary (TSV of terms) that requests choose with glossary: NAME (repeatable; docs/decoding.md)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--precision", choices=PRECISIONS, help="autocast; default: the checkpoint's decode.precision")
     parser.add_argument("--threads", type=count(0), default=0, help="torch CPU threads (0 = torch's default)")
@@ -268,7 +275,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)}
     return serve(
-        args.checkpoint, ServeConfig(**fields), keys_file=args.api_keys, device=args.device, precision=args.precision
+        args.checkpoint,
+        ServeConfig(**fields),
+        keys_file=args.api_keys,
+        device=args.device,
+        precision=args.precision,
+        glossaries=args.glossary,
     )
 
 

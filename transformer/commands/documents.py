@@ -4,7 +4,8 @@ The document is read and parsed first (a file that is not of its format is one e
 is loaded), then all its sentences translated (transformer/documents/: sentences split, markup placed by word
 alignment), then written atomically: the output appears only once the whole document is done. `--format` with no
 value (or `auto`) takes the format from the input's extension. The line-by-line flags (TEXT arguments, --nbest,
---alignment, --attention-maps, --prefix-file, --constraints-file) do not apply to a document and are refused.
+--alignment, --attention-maps, --prefix-file, --constraints-file) do not apply to a document and are refused;
+`--glossary` applies to each sentence.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from transformer.api import SentenceAdapter
 from transformer.commands.common import load_translator
+from transformer.decoding.glossary import Glossary
 from transformer.errors import UserError
 from transformer.fileio import atomic_output
 
@@ -28,7 +30,7 @@ LINE_FLAGS = {  # flag -> the argparse attribute that is set when it is given
 }
 
 
-def translate_file(args: argparse.Namespace) -> int:
+def translate_file(args: argparse.Namespace, glossary: Glossary | None = None) -> int:
     from transformer.documents import guess_format, read_document, require
     from transformer.documents.pipeline import translate_segments
 
@@ -47,7 +49,7 @@ def translate_file(args: argparse.Namespace) -> int:
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     parsed = read_document(data, format, name=args.input, attributes=args.translate_attributes)
     translator, config, _ = load_translator(args)
-    outputs = translate_segments(parsed.segments(), SentenceAdapter(translator), config.data.src_lang)
+    outputs = translate_segments(parsed.segments(), SentenceAdapter(translator, glossary), config.data.src_lang)
     result = parsed.rebuild(outputs)
     if to_file:
         with atomic_output(args.output, "wb") as out:

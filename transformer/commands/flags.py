@@ -95,6 +95,12 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         "that the translation must contain, in any order (beam search)",
     )
     steer.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help="a TSV of terms, 'source<TAB>target[<TAB>cased]': the target of each term a line holds (whole words, "
+        "any case unless cased) is a constraint of that line, beside --constraints-file's (beam search)",
+    )
+    steer.add_argument(
         "--constraint-beam",
         type=count(1),
         metavar="N",

@@ -7,7 +7,9 @@ input line gives one line with empty text and score 0). `--alignment` appends th
 (`0-0 1-2 ...`, decoding/alignment.py) after a tab (`text<TAB>alignment`; a translation holds no tab, SentencePiece
 turns tabs into spaces), or after ` ||| ` on --nbest lines; an empty input line gives an empty alignment.
 `--prefix-file F` (one target prefix per input line) and `--constraints-file F` (one JSON list of phrases per input
-line) are read beside the input, lazily; `--replace-unk` copies source text over each `<unk>` (docs/decoding.md).
+line) are read beside the input, lazily; `--glossary F` (decoding/glossary.py) is read whole before the
+checkpoint, and the target terms of the terms each line holds join that line's constraints; `--replace-unk` copies
+source text over each `<unk>` (docs/decoding.md).
 `--attention-maps DIR` also draws the attention maps of the best translation of each of the first `MAX_MAP_LINES`
 lines (decoding/attention_maps.py) into DIR/line{index}_{encoder,decoder,cross}_layer{N}.png.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from transformer.commands.common import load_translator, progress_bar, stdin_lines
 from transformer.decoding.alignment import pharaoh
 from transformer.decoding.attention_maps import require_matplotlib, write_maps
+from transformer.decoding.glossary import Glossary
 from transformer.errors import UserError
 from transformer.fileio import atomic_output, check_not_an_input, utf8_lines
 
@@ -106,15 +109,15 @@ def _constraint_lists(path: str) -> Iterator[list]:
         yield phrases
 
 
-def _steering(args: argparse.Namespace) -> dict:
-    """Translator.translate's prefix, constraints and replace_unk from --prefix-file, --constraints-file and
-    --replace-unk (the files read lazily, beside the input)."""
+def _steering(args: argparse.Namespace, glossary: Glossary | None) -> dict:
+    """Translator.translate's prefix, constraints, replace_unk and glossary from --prefix-file, --constraints-file
+    and --replace-unk (the files read lazily, beside the input), and the loaded --glossary."""
     for flag, path in (("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)):
         if path and not Path(path).is_file():
             raise UserError(f"{flag}: file not found: {path}")
     prefix = _stream_lines(args.prefix_file) if args.prefix_file else None
     constraints = _constraint_lists(args.constraints_file) if args.constraints_file else None
-    return dict(prefix=prefix, constraints=constraints, replace_unk=args.replace_unk)
+    return dict(prefix=prefix, constraints=constraints, replace_unk=args.replace_unk, glossary=glossary)
 
 
 def split_checkpoints(args: argparse.Namespace) -> None:
@@ -137,6 +140,7 @@ def _check_files(args: argparse.Namespace) -> None:
         ("--config", args.config),
         ("--prefix-file", args.prefix_file),
         ("--constraints-file", args.constraints_file),
+        ("--glossary", args.glossary),
     ]
     check_not_an_input(args.output, inputs)
 
@@ -144,10 +148,11 @@ def _check_files(args: argparse.Namespace) -> None:
 def run_translate(args: argparse.Namespace) -> int:
     split_checkpoints(args)
     _check_files(args)
+    glossary = Glossary.load(args.glossary) if args.glossary else None  # a bad file: one line, before the checkpoint
     if args.format:  # a whole document, markup kept (commands/documents.py)
         from transformer.commands.documents import translate_file
 
-        return translate_file(args)
+        return translate_file(args, glossary)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
     if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:
@@ -170,7 +175,7 @@ def run_translate(args: argparse.Namespace) -> int:
                 progress=bar.update,
                 alignment=args.alignment,
                 alignment_layer=args.alignment_layer,
-                **_steering(args),
+                **_steering(args, glossary),
             )
             for index, results in enumerate(translations):
                 if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it

@@ -10,6 +10,8 @@ Decisions:
   too few is a `UserError` naming the line.
 - A phrase is met as phrases.py's automaton meets it (each once, on pieces of its own, in any order): the
   feasibility check walks it over the prefix, the search follows it, and the report reads it over each output.
+- A glossary (glossary.py) adds, to each line's constraints, the target terms of the terms the line holds, after the
+  caller's phrases and each once; a line that holds none is steered as without it.
 - What cannot be done is reported, never dropped in silence: a sentence whose phrases cannot all be met within its
   maximum output length after its prefix (`Phrases.fits`, the search's own budget) is decoded without them, with a
   warning naming the line and the lengths, and its translations say so (`relaxed`, `unmet`: relaxation.py); a
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.constraints import LexicalConstraints
 from transformer.decoding.controls import TargetPrefix
+from transformer.decoding.glossary import Glossary, merged
 from transformer.decoding.phrases import Phrases
 from transformer.errors import UserError
 
@@ -65,8 +68,15 @@ def _check_text(text: str, number: int) -> None:
         ) from None
 
 
-def steered(lines: Iterable[str], tokenizer, prefix: Iterable[str] | None, constraints: Iterable | None) -> Iterator:
-    """(line, Steering or None) for each line, the prefixes and constraint lists read beside the lines."""
+def steered(
+    lines: Iterable[str],
+    tokenizer,
+    prefix: Iterable[str] | None,
+    constraints: Iterable | None,
+    glossary: Glossary | None = None,
+) -> Iterator:
+    """(line, Steering or None) for each line, the prefixes and constraint lists read beside the lines, and the
+    glossary's target terms of the terms each line holds merged into its constraints (glossary.py)."""
     prefixes = None if prefix is None else iter(prefix)
     phrase_lists = None if constraints is None else iter(constraints)
     number = 0
@@ -82,6 +92,8 @@ def steered(lines: Iterable[str], tokenizer, prefix: Iterable[str] | None, const
         for value in (text, *phrases):
             _check_text(value, number)
         phrases = [p.strip() for p in phrases if p.strip()]
+        if glossary:
+            phrases = merged(phrases, glossary.targets(line))
         if not text.strip() and not phrases:
             yield line, None
             continue

@@ -40,6 +40,7 @@ from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
+from transformer.decoding.glossary import Glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.relaxation import steered_search
 from transformer.decoding.scoring import Score, score_texts
@@ -103,6 +104,7 @@ class Translator:
         prefix: Iterable[str] | None = None,
         constraints: Iterable[Sequence[str]] | None = None,
         replace_unk: bool = False,
+        glossary: Glossary | None = None,
     ) -> Iterator[list[Translation]]:
         """For each input line, in order: its best `decode.nbest` translations, best first (one for an empty line).
 
@@ -111,14 +113,16 @@ class Translator:
         the cross-attention of decoder layer `alignment_layer` (None: the last, alignment.py). prefix: one text per
         line ("" = none) the output starts with; constraints: one list of phrases per line ([] = none) the output
         contains, in any order (beam search only; steering.py). replace_unk: each <unk> of the output becomes the
-        source text it is aligned to (unknown_words.py; an ensemble's first model's attention).
+        source text it is aligned to (unknown_words.py; an ensemble's first model's attention). glossary: the target
+        terms of the terms each line holds join its constraints (glossary.py; an empty one asks nothing).
         """
         if alignment and not isinstance(self.model, AttentionModel):
             raise UserError("word alignments read one model's attention: an ensemble has one per model")
-        if constraints is not None and self.settings.search != "beam":
-            raise UserError("lexical constraints need beam search (dynamic beam allocation): a beam size of 2 or more")
+        if (constraints is not None or glossary) and self.settings.search != "beam":
+            what = "lexical constraints need" if constraints is not None else "a glossary's terms (constraints) need"
+            raise UserError(f"{what} beam search (dynamic beam allocation): a beam size of 2 or more")
         layer = resolve_layer(alignment_layer, len(self.model.decoder.layers)) if alignment else None
-        items, first, options = steered(lines, self.tokenizer, prefix, constraints), 1, (layer, replace_unk)
+        items, first, options = steered(lines, self.tokenizer, prefix, constraints, glossary), 1, (layer, replace_unk)
         while chunk := list(itertools.islice(items, chunk_lines)):
             yield from self._translate_chunk(chunk, first, progress or (lambda n: None), options)
             first += len(chunk)

@@ -7,7 +7,8 @@ waits for its own results while the worker decodes. The steps of a request, each
 fields (API keys: with keys, every POST except /languages needs a valid `api_key` field: none is a 400 and a wrong
 one a 403, as LibreTranslate answers), its work, its decoding; planning a request and building its answer run off
 the event loop too. Every answer carries `X-Request-ID`; an unexpected error is a 500 naming it, its detail in the
-server log. No route reads or writes a file.
+server log. No route reads or writes a file. The glossaries a request may name were loaded at start
+(glossaries.py); the terms its lines hold join their constraints before its work is bounded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.exceptions import HTTPException
 from transformer.config import ServeConfig
 from transformer.errors import UserError
 from transformer.serving.engine import Engine, Settings
+from transformer.serving.glossaries import with_glossary
 from transformer.serving.libretranslate import NAMES, languages, plan_translate
 from transformer.serving.native import hypotheses, integer_field, plan_native
 from transformer.serving.requests import ApiError, check_lines
@@ -87,7 +89,11 @@ async def translate(request: Request) -> JSONResponse:
     fields = await service.fields(request)
     beam_size = service.engine.defaults.beam_size
     plan = await off_loop(plan_translate, fields, service.engine.languages, beam_size=beam_size, **service.limits)
-    results = await service.decode(request, plan.lines, plan.settings)
+    glossaries = request.app.state.glossaries
+    settings, controls = await off_loop(
+        with_glossary, fields, plan.lines, plan.settings, {}, glossaries, per_request=False
+    )
+    results = await service.decode(request, plan.lines, settings, controls)
     return await off_loop(lambda: JSONResponse(plan.answer(results)))
 
 
@@ -99,6 +105,7 @@ async def translate_native(request: Request) -> JSONResponse:
     lines, settings, controls = await off_loop(
         plan_native, fields, service.engine.defaults, **lengths, **service.limits
     )
+    settings, controls = await off_loop(with_glossary, fields, lines, settings, controls, request.app.state.glossaries)
     results = await service.decode(request, lines, settings, controls)
     return await off_loop(lambda: JSONResponse(hypotheses(results, settings.alignment)))
 
@@ -131,8 +138,11 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
 
-def create_app(engine: Engine, serve: ServeConfig, keys: frozenset[str] | None = None) -> FastAPI:
-    """The application; its batcher's worker starts with the server and drains when it stops."""
+def create_app(
+    engine: Engine, serve: ServeConfig, keys: frozenset[str] | None = None, glossaries: dict | None = None
+) -> FastAPI:
+    """The application; its batcher's worker starts with the server and drains when it stops. glossaries: {name:
+    Glossary} that requests may name (glossaries.py)."""
     service = Service(engine, serve, keys)
 
     @asynccontextmanager
@@ -143,6 +153,7 @@ def create_app(engine: Engine, serve: ServeConfig, keys: frozenset[str] | None =
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.state.glossaries = glossaries or {}
     app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -4,7 +4,8 @@ Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newli
 `beam_size`, `nbest`, `alpha`, `length_penalty`, `max_len_a`, `max_len_b`, `min_len` (DecodeConfig's fields, each
 within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
 controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constraints`: one list of strings per
-line, [] for none), `replace_unk` (true/false), and `api_key`.
+line, [] for none), `replace_unk` (true/false), `glossary` (a name of the server's glossaries) and `glossary_terms`
+(a list of [source, target] pairs: glossaries.py), and `api_key`.
 Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
 `{"text", "score", "log_prob", "tokens", "relaxed", "unmet"}` (tokens: the number of output pieces; relaxed: the
 controls set aside for the line, unmet: the constraint phrases the hypothesis misses) and, with `alignment`,
@@ -17,10 +18,11 @@ import math
 
 from transformer.config import DecodeConfig, choices
 from transformer.serving.engine import CONTROLS, OPTIONS, Settings
+from transformer.serving.glossaries import FIELDS as GLOSSARY_FIELDS
 from transformer.serving.requests import ApiError, check_lines, short
 
 SEARCH = ("beam_size", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len")  # DecodeConfig fields
-FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS, *OPTIONS)
+FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS, *OPTIONS, *GLOSSARY_FIELDS)
 ENTRY = {  # what one line's entry of each control is
     "prefix": ("a string", lambda v: isinstance(v, str)),
     "constraints": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),

@@ -7,6 +7,8 @@
   bounded: requests still unanswered `--shutdown-timeout-s` after the signal are answered 503 (service.py's
   `drain`), and uvicorn's own bound, a few seconds later, ends any connection still open.
 - `--api-keys FILE`: one key per line (blank lines and lines starting with '#' skipped); requests then need one.
+- `--glossary NAME=FILE` (repeatable): glossaries loaded before the socket is bound (a bad file: one line, exit 2),
+  that requests choose by name (glossaries.py).
 """
 
 from __future__ import annotations
@@ -54,16 +56,20 @@ def serve(
     keys_file: str | None = None,
     device: str = "cpu",
     precision: str | None = None,
+    glossaries: list[str] | tuple[str, ...] = (),
 ) -> int:
-    """Load `checkpoints` (several: an ensemble) and serve until SIGTERM or SIGINT; 0 once every request is answered."""
+    """Load `checkpoints` (several: an ensemble) and serve until SIGTERM or SIGINT; 0 once every request is answered.
+    glossaries: `NAME=FILE` values, the glossaries requests may name."""
     from transformer.api import Translator
     from transformer.serving.app import create_app
     from transformer.serving.engine import Engine
+    from transformer.serving.glossaries import load_named
 
     keys = read_keys(keys_file) if keys_file else None
+    named = load_named(glossaries)
     sock = bind(serve_config.host, serve_config.port)
     translator = Translator.from_checkpoint(checkpoints, device=device, precision=precision)
-    app = create_app(Engine(translator), serve_config, keys)
+    app = create_app(Engine(translator), serve_config, keys, named)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     log.info(
