@@ -1,5 +1,6 @@
 """Helpers for the serving tests: a real `transformer-serve` process on a free loopback port, an in-process server
-over any engine, and a small HTTP client (the standard library's, so a test controls every byte it sends)."""
+over any engine (the scripted ones here: upper-casing, or echoing with alignments), and a small HTTP client (the
+standard library's, so a test controls every byte it sends), with file uploads and downloads."""
 
 from __future__ import annotations
 
@@ -101,6 +102,34 @@ def multipart(fields: dict[str, str], boundary: str = "b0undary", files: dict[st
     return ("".join(parts) + f"--{boundary}--\r\n").encode("utf-8")
 
 
+def upload(port: int, filename: str, data: str | bytes, fields: dict | None = None, *, file_field: str = "file"):
+    """POST /translate_file as LibreTranslate's clients send it: a multipart body with the text `fields` and one
+    file part (`filename`, `data`); (status, headers, answer) as `call` gives them."""
+    boundary = "uPl0aDb0undary"
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in (fields or {}).items()
+    ]
+    head = f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
+    parts.append(head.encode() + b"Content-Type: application/octet-stream\r\n\r\n" + data + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    return call(port, "POST", "/translate_file", body, headers=headers)
+
+
+def download(port: int, url: str):
+    """GET a translatedFileUrl from this server: (status, headers, the body's bytes)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", url[url.index("/download_file/") :])
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
 @contextmanager
 def in_process(engine, serve_config, keys=None):
     """The application over `engine` (any object with Engine's methods) served by uvicorn in a thread: its port."""
@@ -154,3 +183,14 @@ class ScriptedEngine:
         if "boom" in lines:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return [[Translation(line.upper(), -1.0, -1.0, list(range(len(line.split()))))] for line in lines]
+
+
+class EchoEngine(ScriptedEngine):
+    """Each line back as it is, with the identity word alignment when asked for it (as one model reads it)."""
+
+    attends = True
+
+    def decode(self, settings, lines, controls):
+        self.calls.append(list(lines))
+        links = (lambda line: [(i, i) for i in range(len(line.split()))]) if settings.alignment else (lambda _: None)
+        return [[Translation(line, -1.0, -1.0, [1], links(line))] for line in lines]

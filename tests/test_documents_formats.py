@@ -64,6 +64,11 @@ def test_markdown_keeps_code_blocks_urls_and_definitions():
         ("html", "<p>\n<b><i>x</b></i></p>", "line 2: </b> closes <b> while <i> inside it is still open"),
         ("html", '<p>Hello <b class="x', "line 1: a tag or comment that never ends"),
         ("html", "<p>Hello <!-- open", "a tag or comment that never ends"),
+        (
+            "html",
+            "<p>Hello <![ x &[ y",
+            "line 1: a tag or comment that never ends ('<![ x &[ y'...)",
+        ),  # html.parser raised
         ("html", "<p>a</p>\n<script>var x;", "line 2: <script> is never closed"),
         ("markdown", "a\r\nb\nc\r\n", "mixes CRLF and LF line endings"),
         (

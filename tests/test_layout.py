@@ -46,7 +46,8 @@ ALLOWED = {
         "transformer.checkpoint",
         "transformer.evaluation",
     },
-    "serving": SHARED | {"transformer.api", "transformer.decoding", "transformer.data", "transformer.model"},
+    "serving": SHARED
+    | {"transformer.api", "transformer.decoding", "transformer.data", "transformer.model", "transformer.documents"},
     "documents": {"transformer.errors", "transformer.fileio"},  # knows no model: a SentenceTranslator is handed in
 }
 # The stdlib names the model's files may import besides torch and math: annotations only.

@@ -253,6 +253,10 @@ SERVE_HELP = {
     "max_prefix_pieces": "most target pieces of one line's prefix (400 past it)",
     "request_timeout_s": "seconds from a request's arrival to its answer (504 past it)",
     "shutdown_timeout_s": "seconds requests in flight have after SIGTERM (503 past it)",
+    "max_file_bytes": "largest file POST /translate_file takes (413 past it)",
+    "file_timeout_s": "seconds from a file upload's arrival to its answer (504 past it)",
+    "file_store_bytes": "translated files kept for download, in all (the oldest go first past it)",
+    "file_ttl_s": "seconds a translated file is kept for download (404 after)",
 }
 
 

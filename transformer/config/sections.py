@@ -285,12 +285,21 @@ class ServeConfig:
     max_prefix_pieces: int = 64  # target pieces of one line's prefix; more: 400
     request_timeout_s: float = 30.0  # from a request's arrival to its answer, seconds; past it: 504 (408 for a body)
     shutdown_timeout_s: float = 30.0  # after SIGTERM, how long requests in flight have to be answered; then 503
+    max_file_bytes: int = 1 << 20  # the largest file POST /translate_file takes, bytes; larger: 413
+    file_timeout_s: float = 300.0  # from a file upload's arrival to its answer, seconds; past it: 504 (408 for a body)
+    file_store_bytes: int = 64 << 20  # translated files kept for download, bytes in all; past it the oldest go
+    file_ttl_s: float = 1800.0  # how long a translated file is kept for download, seconds; then 404
 
     def __post_init__(self) -> None:
         positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
         positive += [self.max_output_pieces, self.max_phrases, self.max_phrase_pieces, self.max_constraint_pieces]
         positive += [self.max_prefix_pieces, self.request_timeout_s, self.shutdown_timeout_s]
+        positive += [self.max_file_bytes, self.file_timeout_s, self.file_store_bytes, self.file_ttl_s]
         require(min(positive) > 0, "serve limits, budgets and timeouts (all but port and waits) must be positive")
+        require(
+            self.file_store_bytes >= self.max_file_bytes,
+            f"file_store_bytes ({self.file_store_bytes}) must be at least max_file_bytes ({self.max_file_bytes})",
+        )
         require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
         require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
         require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")

@@ -3,7 +3,8 @@
 A format is an adapter in three parts: parse into segments (text to translate, markup kept), hand the segments to
 the translator, rebuild from the translations and their word alignments. The translator knows no format, and this
 package knows no model: it asks a `SentenceTranslator` (sentences in, translations and alignments out; api.py's
-`SentenceAdapter`) for its sentences, all of a document's at once. segments (the model), layout, sentences,
+`SentenceAdapter`) for its sentences, all of a document's at once (`translate_document`), or hands them to a
+caller that decodes them itself (`prepare_document`, then its `rebuild`). segments (the model), layout, sentences,
 rendering and placement (markup placed by alignment), pipeline (the hand-off), formats (by name) and one adapter
 per format: plain, html_doc (with html_markup), markdown_doc (with markdown_inline), subtitles (srt, vtt), word
 (docx). Imports only the shared modules (errors, fileio); the format packages (the `documents` extra) are loaded
@@ -12,8 +13,48 @@ when a format is used.
 
 from __future__ import annotations
 
-from transformer.documents.formats import FORMATS, guess_format, read_document, require
-from transformer.documents.segments import SentenceTranslator
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from transformer.documents.formats import FORMATS, Parsed, guess_format, read_document, require
+from transformer.documents.segments import Alignment, SentenceTranslator
+
+if TYPE_CHECKING:
+    from transformer.documents.pipeline import Planned
+
+
+class PreparedDocument:
+    """A document parsed and cut into sentences: `sentences` to translate, then `rebuild(results)` with one
+    (translation, alignment or None) per sentence, as `SentenceTranslator.translate` answers. `translate_document`
+    in two steps, for a caller that decodes the sentences itself (transformer-serve, in its batcher's rounds)."""
+
+    def __init__(self, parsed: Parsed, planned: Planned) -> None:
+        self.parsed, self.planned = parsed, planned
+        self.sentences = planned.sentences
+
+    def rebuild(self, results: Sequence[tuple[str, Alignment | None]]) -> str | bytes:
+        """The translated document (the input's type: str, or bytes)."""
+        from transformer.documents.pipeline import place_translations
+
+        return self.parsed.rebuild(place_translations(self.planned, results))
+
+
+def prepare_document(
+    data: str | bytes,
+    format: str,
+    fits: Callable[[str], bool],
+    *,
+    language: str = "en",
+    attributes: bool = False,
+    name: str = "the document",
+) -> PreparedDocument:
+    """`data` (str or UTF-8 bytes; bytes for docx) parsed as a `format` document and cut into sentences that each
+    `fits` the model; a one-line `UserError` for a document that is not of its format. language, attributes, name:
+    as `translate_document`'s."""
+    from transformer.documents.pipeline import plan_segments
+
+    parsed = read_document(data, format, name=name, attributes=attributes)
+    return PreparedDocument(parsed, plan_segments(parsed.segments(), fits, language))
 
 
 def translate_document(
@@ -29,10 +70,18 @@ def translate_document(
 
     language: the source language, for the sentence splitter; attributes: html's alt and title translated too;
     name: how errors name the document."""
-    from transformer.documents.pipeline import translate_segments
+    prepared = prepare_document(data, format, translator.fits, language=language, attributes=attributes, name=name)
+    sentences = prepared.sentences
+    return prepared.rebuild(translator.translate(sentences) if sentences else [])
 
-    parsed = read_document(data, format, name=name, attributes=attributes)
-    return parsed.rebuild(translate_segments(parsed.segments(), translator, language))
 
-
-__all__ = ["FORMATS", "SentenceTranslator", "guess_format", "read_document", "require", "translate_document"]
+__all__ = [
+    "FORMATS",
+    "PreparedDocument",
+    "SentenceTranslator",
+    "guess_format",
+    "prepare_document",
+    "read_document",
+    "require",
+    "translate_document",
+]

@@ -101,6 +101,18 @@ class _Events(HTMLParser):
     def unknown_decl(self, data):
         self._add("other")
 
+    def parse_html_declaration(self, i: int) -> int:
+        """`<![...`: a CDATA section to its `]]>`, anything else to the next `>` (-1: still open at the end). Before
+        Python 3.13, html.parser's own reading of a malformed one (`<![ x`) raises AssertionError."""
+        if not self.rawdata.startswith("<![", i):
+            return super().parse_html_declaration(i)
+        cdata = self.rawdata.startswith("<![CDATA[", i)
+        end = self.rawdata.find("]]>" if cdata else ">", i + 3)
+        if end < 0:
+            return -1
+        self._add("other")
+        return end + (3 if cdata else 1)
+
 
 def events(source: str) -> list[tuple[str, str, str, list, int]]:
     """(kind, source text, tag, attributes, start offset) of each event, covering `source` in order."""

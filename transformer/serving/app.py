@@ -1,13 +1,15 @@
 """The HTTP application (FastAPI): the routes, errors as `{"error": ...}`, request ids, and the metrics.
 
 Routes: GET / (the page), GET /health, GET /metrics, GET and POST /languages, GET /frontend/settings, POST /translate
-(LibreTranslate's, libretranslate.py), POST /api/translate (the native API, native.py), POST /api/attention (one
-sentence's cross-attention, for the page). Every translation goes through the batcher (batcher.py): the route
-waits for its own results while the worker decodes. The steps of a request, each bounded, are service.py's: its
-fields (API keys: with keys, every POST except /languages needs a valid `api_key` field: none is a 400 and a wrong
-one a 403, as LibreTranslate answers), its work, its decoding; planning a request and building its answer run off
-the event loop too. Every answer carries `X-Request-ID`; an unexpected error is a 500 naming it, its detail in the
-server log. No route reads or writes a file. The glossaries a request may name were loaded at start
+(LibreTranslate's, libretranslate.py; `format: html` through documents.py), POST /translate_file and GET
+/download_file/KEY (LibreTranslate's file translation: documents.py, file_store.py), POST /api/translate (the
+native API, native.py), POST /api/attention (one sentence's cross-attention, for the page). Every translation
+goes through the batcher (batcher.py): the route waits for its own results while the worker decodes. The steps of
+a request, each bounded, are service.py's: its fields (API keys: with keys, every POST except /languages needs a
+valid `api_key` field: none is a 400 and a wrong one a 403, as LibreTranslate answers), its work, its decoding;
+planning a request and building its answer run off the event loop too. Every answer carries `X-Request-ID`; an
+unexpected error is a 500 naming it, its detail in the server log. No route reads or writes a file of the
+machine: uploads and translated files live in memory. The glossaries a request may name were loaded at start
 (glossaries.py); the terms its lines hold join their constraints before its work is bounded.
 """
 
@@ -18,13 +20,15 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
+from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from transformer.config import ServeConfig
 from transformer.errors import UserError
+from transformer.serving.documents import file_formats, translate_file, translate_html
 from transformer.serving.engine import Engine, Settings
 from transformer.serving.glossaries import with_glossary
 from transformer.serving.libretranslate import NAMES, languages, plan_translate
@@ -74,7 +78,8 @@ async def frontend_settings(request: Request) -> dict:
         "apiKeys": service.keys is not None,
         "keyRequired": service.keys is not None,
         "suggestions": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": bool(file_formats()),
+        "supportedFilesFormat": list(file_formats()),
         "alignments": service.engine.attends,
         "language": {
             "source": {"code": source, "name": NAMES.get(source, source)},
@@ -89,12 +94,39 @@ async def translate(request: Request) -> JSONResponse:
     fields = await service.fields(request)
     beam_size = service.engine.defaults.beam_size
     plan = await off_loop(plan_translate, fields, service.engine.languages, beam_size=beam_size, **service.limits)
+    if plan.html is not None:
+        if fields.get("glossary") is not None:
+            raise ApiError(400, "Invalid request: a glossary applies to format text (html is placed by alignment)")
+        texts = await translate_html(service, request, plan.html, plan.settings)
+        return await off_loop(lambda: JSONResponse(plan.answer(texts)))
     glossaries = request.app.state.glossaries
     settings, controls = await off_loop(
         with_glossary, fields, plan.lines, plan.settings, {}, glossaries, per_request=False
     )
     results = await service.decode(request, plan.lines, settings, controls)
-    return await off_loop(lambda: JSONResponse(plan.answer(results)))
+    return await off_loop(lambda: JSONResponse(plan.answer(plan.texts(results))))
+
+
+@router.post("/translate_file")
+async def translate_file_route(request: Request) -> dict:
+    """LibreTranslate's file upload (multipart: `file`, `source`, `target`, `api_key`): the file translated
+    (documents.py), answered with the URL it is downloaded from."""
+    service = _service(request)
+    request.state.timeout = (service.serve.file_timeout_s, "--file-timeout-s")
+    key = await translate_file(service, request)
+    return {"translatedFileUrl": f"{str(request.base_url).rstrip('/')}/download_file/{quote(key)}"}
+
+
+@router.get("/download_file/{key}")
+async def download_file(request: Request, key: str) -> Response:
+    """A translated file by its key, as an attachment with its own name; 404 when unknown or expired."""
+    service = _service(request)
+    stored = service.files.get(key)
+    if stored is None:
+        ttl = service.serve.file_ttl_s
+        raise ApiError(404, f"File not found: no such file, or it has expired (files are kept {ttl:g} s, --file-ttl-s)")
+    disposition = f'attachment; filename="{stored.name}"'
+    return Response(stored.data, media_type=stored.media_type, headers={"Content-Disposition": disposition})
 
 
 @router.post("/api/translate")

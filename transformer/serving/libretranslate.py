@@ -1,11 +1,13 @@
-"""LibreTranslate's API: POST /translate and /languages, with its request fields, answers and error messages.
+"""LibreTranslate's API: POST /translate and /languages (and /translate_file's fields), with its request fields,
+answers and error messages.
 
 POST /translate reads `q` (a string, or a list of strings), `source`, `target`, `format` (`text` or `html`),
 `alternatives` and `api_key` from a JSON body, a form or a multipart body (requests.py), and answers
 `{"translatedText": ...}`: a string for a string `q`, a list for a list. With `source: auto` the answer adds
 `detectedLanguage` (the model's one source language, confidence 100: nothing is detected). With `alternatives: N`
 it adds `alternatives`, the next N hypotheses of the beam (a list per item for a list `q`). A `q` with several
-lines is translated line by line and joined back with newlines; `format: html` keeps the markup (html_text.py).
+lines is translated line by line and joined back with newlines; a `format: html` item is translated as an HTML
+document, its markup kept and its inline tags placed by word alignment (documents.py).
 Errors are LibreTranslate's: 400 with "Invalid request: missing q parameter", "xx is not supported",
 "xml format is not supported", ..., each as `{"error": "..."}`.
 """
@@ -13,11 +15,10 @@ Errors are LibreTranslate's: 400 with "Invalid request: missing q parameter", "x
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transformer.serving.engine import Settings
-from transformer.serving.html_text import join_html, split_html, text_of
-from transformer.serving.requests import ApiError, check_lines, short
+from transformer.serving.requests import ApiError, Upload, check_lines, short
 
 NAMES = {  # ISO 639-1 code -> English name, for /languages; other codes are named by themselves
     "ar": "Arabic",
@@ -58,11 +59,13 @@ def languages(source: str, target: str) -> list[dict]:
 
 @dataclass
 class Plan:
-    """What one /translate request decodes, and how its answer is built from the results (one list per line)."""
+    """What one /translate request decodes, and how its answer is built from each item's translations."""
 
-    lines: list[str]
     settings: Settings
-    answer: Callable[[list[list]], dict]
+    answer: Callable[[list[list[str]]], dict]  # from each item's translations: the best, then its alternatives
+    lines: list[str] = field(default_factory=list)  # format text: the lines decoded
+    texts: Callable[[list[list]], list[list[str]]] | None = None  # format text: each item's, from each line's results
+    html: list[tuple[str, str]] | None = None  # format html: (name, item) of each, translated as a document
 
 
 def plan_translate(
@@ -72,27 +75,47 @@ def plan_translate(
     items, text_format = _checked(fields, language_pair)
     single, source = isinstance(fields["q"], str), fields["source"]
     alternatives = _alternatives(fields.get("alternatives"), max_beam - 1)
-    split = _html_lines if text_format == "html" else _text_lines
-    per_item = [split(item) for item in items]
-    lines = [line for item_lines, _ in per_item for line in item_lines]
-    check_lines(lines, max_lines, max_chars)
     nbest = 1 + alternatives
-    decode = (("beam_size", nbest),) if nbest > beam_size else ()
+    settings = Settings(decode=(("beam_size", nbest),) if nbest > beam_size else (), nbest=nbest)
     extra = {"detectedLanguage": {"confidence": 100.0, "language": language_pair[0]}} if source == "auto" else {}
 
-    def answer(results: list[list]) -> dict:
-        texts, alternates, start = [], [], 0
-        for item_lines, join in per_item:
-            hyps = results[start : start + len(item_lines)]
-            start += len(item_lines)
-            texts.append(join([h[0].text for h in hyps]))
-            alternates.append([join([h[min(k, len(h) - 1)].text for h in hyps]) for k in range(1, nbest)])
-        body = {"translatedText": texts[0] if single else texts, **extra}
+    def answer(texts: list[list[str]]) -> dict:
+        body = {"translatedText": texts[0][0] if single else [item[0] for item in texts], **extra}
         if alternatives:
-            body["alternatives"] = alternates[0] if single else alternates
+            body["alternatives"] = texts[0][1:] if single else [item[1:] for item in texts]
         return body
 
-    return Plan(lines, Settings(decode=decode, nbest=nbest), answer)
+    if text_format == "html":  # documents.py: the items' errors name them q, or q[0], q[1], ...
+        return Plan(settings, answer, html=[("q" if single else f"q[{n}]", item) for n, item in enumerate(items)])
+    per_item = [item.replace("\r\n", "\n").replace("\r", "\n").split("\n") for item in items]
+    lines = [line for item_lines in per_item for line in item_lines]
+    check_lines(lines, max_lines, max_chars)
+
+    def texts(results: list[list]) -> list[list[str]]:
+        """Each item's lines' k-th hypotheses joined back with newlines, for k < nbest."""
+        out, start = [], 0
+        for item_lines in per_item:
+            hyps = results[start : start + len(item_lines)]
+            start += len(item_lines)
+            out.append(["\n".join(h[min(k, len(h) - 1)].text for h in hyps) for k in range(nbest)])
+        return out
+
+    return Plan(settings, answer, lines, texts)
+
+
+def check_file_fields(fields: dict, language_pair: tuple[str, str]) -> Upload:
+    """POST /translate_file's upload once its fields are as LibreTranslate requires them (`file`, `source`,
+    `target`), else its 400."""
+    for name in ("file", "source", "target"):
+        if fields.get(name) in (None, ""):
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+    upload = fields["file"]
+    if not isinstance(upload, Upload):
+        raise ApiError(400, "Invalid request: file must be a file part of a multipart/form-data body")
+    if not upload.filename:
+        raise ApiError(400, "Invalid request: empty file")
+    _check_languages(fields["source"], fields["target"], language_pair)
+    return upload
 
 
 def _checked(fields: dict, language_pair: tuple[str, str]) -> tuple[list[str], str]:
@@ -104,13 +127,18 @@ def _checked(fields: dict, language_pair: tuple[str, str]) -> tuple[list[str], s
     items = [q] if isinstance(q, str) else q
     if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
         raise ApiError(400, f"Invalid request: q must be a string or a list of strings, got {short(q)}")
-    source, target, text_format = fields["source"], fields["target"], fields.get("format") or "text"
-    for code, allowed in ((source, (language_pair[0], "auto")), (target, (language_pair[1],))):
-        if code not in allowed:
-            raise ApiError(400, f"{short(code)} is not supported")
+    text_format = fields.get("format") or "text"
+    _check_languages(fields["source"], fields["target"], language_pair)
     if text_format not in ("text", "html"):
         raise ApiError(400, f"{short(text_format)} format is not supported")
     return items, text_format
+
+
+def _check_languages(source: object, target: object, language_pair: tuple[str, str]) -> None:
+    """The model's source (or `auto`) and target, else LibreTranslate's "xx is not supported"."""
+    for code, allowed in ((source, (language_pair[0], "auto")), (target, (language_pair[1],))):
+        if code not in allowed:
+            raise ApiError(400, f"{short(code)} is not supported")
 
 
 def _alternatives(value: object, most: int) -> int:
@@ -122,14 +150,3 @@ def _alternatives(value: object, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
         raise ApiError(400, f"Invalid request: alternatives must be an integer in [0, {most}], got {short(value)}")
     return value
-
-
-def _text_lines(item: str) -> tuple[list[str], Callable[[list[str]], str]]:
-    """A text item's lines (CR LF and CR read as LF) and how their translations join back."""
-    return item.replace("\r\n", "\n").replace("\r", "\n").split("\n"), "\n".join
-
-
-def _html_lines(item: str) -> tuple[list[str], Callable[[list[str]], str]]:
-    """An HTML item's text runs and how their translations go back between its tags."""
-    pieces = split_html(item)
-    return [text_of(p) for p in pieces if p.translated], lambda translations: join_html(pieces, translations)

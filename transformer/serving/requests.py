@@ -3,7 +3,8 @@
 Every problem is an `ApiError` (an HTTP status and one line), answered as LibreTranslate answers errors:
 `{"error": "..."}`. A body larger than the limit is refused from its Content-Length before it is read, or as soon
 as the bytes read pass the limit (a chunked body), with 413. Non-UTF-8 text, malformed JSON (nesting too deep
-included), a form that does not parse and a multipart body with a file part are 400s. Form and multipart fields
+included), a form that does not parse and a multipart body with a file part are 400s; only a file upload
+(`parse_upload`, POST /translate_file) has one file part, read as an `Upload`. Form and multipart fields
 keep the first value of a repeated name, and the query string's fields count too (Flask's `request.values`, which
 LibreTranslate reads); a JSON body's fields are its top-level object's keys and nothing else. The body is read on
 the event loop (`read_body`) and parsed off it (`parse_fields`, in a worker thread).
@@ -14,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 JSON_TYPES = ("application/json",)
 FORM_TYPE = "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 MAX_FIELDS = 64  # form and multipart fields per request
+MANY_FILES = "Invalid request: one file at a time"
 
 
 class ApiError(Exception):
@@ -35,21 +38,22 @@ def media_type(headers: Mapping[str, str]) -> str:
     return headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-async def read_body(headers: Mapping[str, str], stream: AsyncIterator[bytes], limit: int) -> bytes:
-    """The whole body, refused with 413 (before reading, when Content-Length says so) past `limit` bytes."""
+async def read_body(
+    headers: Mapping[str, str], stream: AsyncIterator[bytes], limit: int, flag: str = "--max-body-bytes"
+) -> bytes:
+    """The whole body, refused with 413 naming `flag` (before reading, when Content-Length says so) past `limit`
+    bytes."""
     declared = headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
             raise ApiError(400, f"Invalid request: Content-Length {declared!r} is not a number of bytes")
         if int(declared) > limit:
-            raise ApiError(
-                413, f"Request body too large: {int(declared)} bytes, the limit is {limit} (--max-body-bytes)"
-            )
+            raise ApiError(413, f"Request body too large: {int(declared)} bytes, the limit is {limit} ({flag})")
     chunks, size = [], 0
     async for chunk in stream:
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"Request body too large: over {limit} bytes (--max-body-bytes)")
+            raise ApiError(413, f"Request body too large: over {limit} bytes ({flag})")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -82,8 +86,17 @@ def parse_form(text: bytes | str) -> dict[str, str]:
     return fields
 
 
-async def parse_multipart(headers: Mapping[str, str], body: bytes) -> dict[str, str]:
-    """multipart/form-data text fields (the first of a repeated name); a file part is refused."""
+@dataclass(frozen=True)
+class Upload:
+    """A multipart file part: the name the client gave it and its bytes."""
+
+    filename: str
+    data: bytes
+
+
+async def parse_multipart(headers: Mapping[str, str], body: bytes, files: int = 0) -> dict[str, str | Upload]:
+    """multipart/form-data fields (the first of a repeated name); at most `files` file parts (`Upload`s), a file
+    part past them refused."""
     from starlette.datastructures import Headers
     from starlette.formparsers import MultiPartParser
 
@@ -91,17 +104,21 @@ async def parse_multipart(headers: Mapping[str, str], body: bytes) -> dict[str, 
         yield body
 
     parser = MultiPartParser(
-        Headers(headers=dict(headers)), stream(), max_files=0, max_fields=MAX_FIELDS, max_part_size=len(body) + 1
+        Headers(headers=dict(headers)), stream(), max_files=files, max_fields=MAX_FIELDS, max_part_size=len(body) + 1
     )
+    parser.spool_max_size = len(body) + 1  # a file part stays in memory, as the body it comes from already is
     try:
         form = await parser.parse()
     except Exception as exc:  # the parser's own errors and malformed headers alike: the client's body is at fault
+        if "Too many files" in str(exc):
+            raise ApiError(400, "Invalid request: file parts are not accepted" if not files else MANY_FILES) from None
         raise ApiError(400, f"Invalid request: malformed multipart body ({str(exc) or type(exc).__name__})") from None
-    fields: dict[str, str] = {}
+    fields: dict[str, str | Upload] = {}
     for name, value in form.multi_items():
         if not isinstance(value, str):
-            raise ApiError(400, "Invalid request: file parts are not accepted")
+            value = Upload(value.filename or "", await value.read())
         fields.setdefault(name, value)
+    await form.close()
     return fields
 
 
@@ -125,6 +142,14 @@ def parse_fields(headers: Mapping[str, str], query: str, body: bytes) -> dict:
             "application/x-www-form-urlencoded or multipart/form-data",
         )
     return fields
+
+
+def parse_upload(headers: Mapping[str, str], query: str, body: bytes) -> dict[str, str | Upload]:
+    """A file upload's fields (multipart/form-data, one file part), with the query string's under them; any other
+    body is a 400. Called off the event loop, as `parse_fields` is."""
+    if media_type(headers) != MULTIPART_TYPE:
+        raise ApiError(400, "Invalid request: send the file as multipart/form-data (a `file` part)")
+    return {**parse_form(query), **asyncio.run(parse_multipart(headers, body, files=1))}
 
 
 def check_lines(lines: list[str], max_lines: int, max_chars: int) -> None:

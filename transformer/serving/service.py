@@ -1,11 +1,13 @@
-"""What the routes share (app.py): the engine, the batcher, the limits, the keys and the metrics, and how one
-request's body, work and answer are bounded.
+"""What the routes share (app.py): the engine, the batcher, the limits, the keys, the metrics and the translated
+files (file_store.py), and how one request's body, work and answer are bounded.
 
 - The event loop moves bytes and little else: parsing a body, planning a request, tokenizing (the limits and
   weights of work.py), decoding and building an answer run in threads (`off_loop`, or the batcher's worker), so a
   large request never stalls the other connections.
-- A request's deadline, `--request-timeout-s` from its arrival: a body that has not arrived by then is a 408; an
-  answer not decoded by then is a 504, and the batcher drops the rest of its lines at its next turn.
+- A request's deadline, `--request-timeout-s` from its arrival (`--file-timeout-s` for a file upload): a body that
+  has not arrived by then is a 408; an answer not decoded by then is a 504, and the batcher drops the rest of its
+  lines at its next turn. A file's sentences go to the batcher a request's worth at a time and wait for room in a
+  full queue (`patient`), so a file shares the decoder in turns as any request does.
 - A model error answers 500 with the request's id and a generic message; the detail goes to the server log with the
   same id (batcher.py logs it), never to the client.
 - Shutdown (`drain`, on SIGTERM): no new request is admitted (503), the requests in flight are decoded, and those
@@ -27,9 +29,13 @@ from transformer.config import ServeConfig
 from transformer.errors import UserError
 from transformer.serving.batcher import Batcher, ExpiredError, Job
 from transformer.serving.engine import Engine, Settings
+from transformer.serving.file_store import FileStore
 from transformer.serving.metrics import Metrics
-from transformer.serving.requests import ApiError, parse_fields, read_body
+from transformer.serving.requests import ApiError, parse_fields, parse_upload, read_body
 from transformer.serving.work import WorkLimits, measure
+
+UPLOAD_FIELDS_BYTES = 64 << 10  # room in an upload's body for its other fields and the parts' headers, bytes
+ROOM_WAIT_S = 0.05  # how often a patient request (a file's next sentences) tries a full queue again
 
 
 async def off_loop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -71,37 +77,71 @@ class Service:
         )
         self.limits = dict(max_lines=serve.max_lines, max_chars=serve.max_chars, max_beam=serve.max_beam)
         self.work_limits = WorkLimits.of(serve)
+        self.files = FileStore(max_bytes=serve.file_store_bytes, ttl_s=serve.file_ttl_s)
         self._stopping = asyncio.Event()  # set when the shutdown's bound passes: whatever still waits is cut
         self._closing = False  # the shutdown began: no new request is admitted
 
+    def timeout(self, request: Request) -> tuple[float, str]:
+        """(seconds, flag) from `request`'s arrival to its answer: --file-timeout-s for a file upload (a route
+        that sets `request.state.timeout`), --request-timeout-s for any other."""
+        return getattr(request.state, "timeout", None) or (self.serve.request_timeout_s, "--request-timeout-s")
+
     def deadline(self, request: Request) -> float:
-        """time.monotonic() by which `request` is answered (its arrival + --request-timeout-s)."""
-        return request.state.arrived + self.serve.request_timeout_s
+        """time.monotonic() by which `request` is answered (its arrival + its timeout)."""
+        return request.state.arrived + self.timeout(request)[0]
+
+    def timed_out(self, request: Request, *, body: bool = False) -> ApiError:
+        """What a client sees past its deadline: 408 while its body was still coming, else 504."""
+        limit, flag = self.timeout(request)
+        if body:
+            return ApiError(408, f"Request timeout: the body did not arrive within {limit:g} s ({flag})")
+        return ApiError(504, f"Request timeout: not translated within {limit:g} s ({flag}); send less at once")
 
     async def fields(self, request: Request) -> dict:
         """The request's fields (requests.py), after the API key check; a body not read by the deadline is a 408."""
-        reading = read_body(request.headers, request.stream(), self.serve.max_body_bytes)
-        try:
-            body = await self._within(reading, self.deadline(request))
-        except TimeoutError:
-            limit = self.serve.request_timeout_s
-            raise ApiError(
-                408, f"Request timeout: the body did not arrive within {limit:g} s (--request-timeout-s)"
-            ) from None
+        body = await self.body(request, self.serve.max_body_bytes, "--max-body-bytes")
         fields = await off_loop(parse_fields, request.headers, request.url.query, body)
-        if self.keys is not None:
-            key = fields.get("api_key")
-            if key in (None, ""):
-                raise ApiError(400, "Please contact the server operator to get an API key")
-            if not isinstance(key, str) or not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.keys):
-                raise ApiError(403, "Invalid API key")
+        self.check_key(fields)
         return fields
 
+    async def upload(self, request: Request) -> dict:
+        """A file upload's fields (a multipart body; the file an `Upload`), after the API key check: its body up to
+        --max-file-bytes and room for the form's other fields, read by the deadline (408)."""
+        limit = self.serve.max_file_bytes + UPLOAD_FIELDS_BYTES
+        body = await self.body(request, limit, f"--max-file-bytes + {UPLOAD_FIELDS_BYTES} for the other fields")
+        fields = await off_loop(parse_upload, request.headers, request.url.query, body)
+        self.check_key(fields)
+        return fields
+
+    async def body(self, request: Request, limit: int, flag: str) -> bytes:
+        """The request's body, up to `limit` bytes (413 naming `flag`), read by its deadline (408)."""
+        reading = read_body(request.headers, request.stream(), limit, flag)
+        try:
+            return await self._within(reading, self.deadline(request))
+        except TimeoutError:
+            raise self.timed_out(request, body=True) from None
+
+    def check_key(self, fields: dict) -> None:
+        """With --api-keys: no `api_key` field is a 400, one not in the file a 403 (LibreTranslate's answers)."""
+        if self.keys is None:
+            return
+        key = fields.get("api_key")
+        if key in (None, ""):
+            raise ApiError(400, "Please contact the server operator to get an API key")
+        if not isinstance(key, str) or not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.keys):
+            raise ApiError(403, "Invalid API key")
+
     async def decode(
-        self, request: Request, lines: list[str], settings: Settings, controls: dict[str, list] | None = None
+        self,
+        request: Request,
+        lines: list[str],
+        settings: Settings,
+        controls: dict[str, list] | None = None,
+        *,
+        patient: bool = False,
     ) -> list:
         """Each line's hypotheses, decoded by the batcher with others' lines, within the work limits (400), the
-        queue (503) and the request's deadline (504)."""
+        queue (503; `patient`: wait for room instead, up to the deadline) and the request's deadline (504)."""
         if not lines:
             return []
         controls = controls or {}
@@ -118,22 +158,31 @@ class Service:
             deadline=self.deadline(request),
             name=request.state.id,
         )
-        if not self.batcher.submit(job):
-            busy = f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later"
-            raise ApiError(503, busy, self._retry_after())
-        results = await self._results(job, future, request.state.id)
+        await self._submit(job, request, patient)
+        results = await self._results(job, future, request)
         self.metrics.work(len(lines), sum(sources), sum(len(hyps[0].tokens) for hyps in results if hyps))
         return results
 
-    async def _results(self, job: Job, future: asyncio.Future, request_id: str) -> list:
+    async def _submit(self, job: Job, request: Request, patient: bool) -> None:
+        """`job` into the batcher's queue; when it is full, a 503 (`patient`: the next try ROOM_WAIT_S later, up to
+        the deadline, 504, or the shutdown, 503)."""
+        while not self.batcher.submit(job):
+            if not patient:
+                busy = f"Server busy: {self.batcher.queued_lines} lines are waiting; retry later"
+                raise ApiError(503, busy, self._retry_after())
+            if self._closing:
+                raise ApiError(503, "Server shutting down: retry on another server", self._retry_after())
+            if time.monotonic() >= job.deadline:
+                raise self.timed_out(request)
+            await asyncio.sleep(ROOM_WAIT_S)
+
+    async def _results(self, job: Job, future: asyncio.Future, request: Request) -> list:
         """The job's results, or the ApiError its end calls for; the batcher drops a job answered otherwise."""
+        request_id = request.state.id
         try:
             return await self._within(future, job.deadline)
         except (TimeoutError, ExpiredError):
-            limit = self.serve.request_timeout_s
-            raise ApiError(
-                504, f"Request timeout: not translated within {limit:g} s (--request-timeout-s); send less at once"
-            ) from None
+            raise self.timed_out(request) from None
         except UserError as exc:
             raise ApiError(400, f"Invalid request: {exc}") from None
         except ApiError:
