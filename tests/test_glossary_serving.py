@@ -121,6 +121,11 @@ def test_the_terms_a_line_holds_count_against_the_constraint_limits(setup, terms
         ("/api/translate", {"q": "the cat", "glossary_terms": "cat=dog"}, "give a list of [source, target] pairs"),
         ("/api/translate", {"q": "the cat", "glossary_terms": [["cat", ""]]}, "item 1: the target term is empty"),
         ("/api/translate", {"q": "the cat", "glossary_terms": [["cat", "a", "b"]]}, "give [source, target]"),
+        (
+            "/translate",
+            {"q": "<p>the cat</p>", **LANGS, "format": "html", "glossary": "bible"},
+            "applies to format text",
+        ),
     ],
 )
 def test_unknown_glossaries_and_bad_terms_are_400(setup, path, body, message):
