@@ -34,6 +34,7 @@ MAINS = {
     "translate": cli.translate_main,
     "evaluate": cli.evaluate_main,
     "average": cli.average_main,
+    "distill": cli.distill_main,
 }
 
 
@@ -106,6 +107,29 @@ def train_args(*settings: str, extra: tuple[str, ...] = ()) -> list[str]:
     """transformer-train arguments on the tiny config, with the shared cache and this case's run directory."""
     base = ["data.cache_dir={cache}", "train.out_dir={tmp}/run", "train.valid_every=0", *settings]
     return ["--config", "{cfg}", "--no-progress", *(a for s in base for a in ("--set", s)), *extra]
+
+
+def distill_args(*settings: str, teacher: tuple[str, ...] = ("{ckpt}",), extra: tuple[str, ...] = ()) -> list[str]:
+    """transformer-distill arguments: the tiny checkpoint (xx -> yy) teaching the tiny config's student (the same
+    languages, the shared cache), this case's folder as DIR."""
+    base = ["data.cache_dir={cache}", "data.src_lang=xx", "data.tgt_lang=yy", *settings]
+    return ["--teacher", *teacher, "--config", "{cfg}", "--out", "{tmp}/d", "--no-progress", *extra] + [
+        a for s in base for a in ("--set", s)
+    ]
+
+
+def other_vocabulary(name: str) -> Callable:
+    """A checkpoint like the tiny one but with another SentencePiece model (another vocabulary size)."""
+
+    def setup(tmp: Path, monkeypatch) -> None:
+        words = tiny_checkpoint.sentences(40, seed=9)
+        tokenizer = Tokenizer.train(words, words, vocab_size=40)
+        config = from_dict({"model": dict(d_model=16, n_heads=2, d_ff=24, n_encoder_layers=1, n_decoder_layers=1)})
+        sizes = dict(src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size)
+        model = Transformer.from_config(config.model, **sizes, pad_id=PAD_ID)
+        save_checkpoint(model_state(model, config, tokenizer), tmp / name)
+
+    return setup
 
 
 def prepare_args(*settings: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The bad-input catalogue's cases for transformer-prepare, transformer-train and transformer-average, which
+"""The bad-input catalogue's cases for transformer-prepare, -train, -average and -distill, which
 tests/test_bad_inputs.py runs: config files and settings, data files, run directories and their locks, checkpoints
 to resume from, start from or average, running out of GPU memory mid-run, a full disk.
 """
@@ -13,8 +13,10 @@ from bad_inputs import (
     FILE,
     Case,
     dead_pid,
+    distill_args,
     intact_after_out_of_memory,
     lock_held_by,
+    other_vocabulary,
     out_of_memory,
     prepare_args,
     train_args,
@@ -180,3 +182,58 @@ if os.path.exists("/dev/full"):  # a full disk, as the kernel reports it
     AVERAGE += [
         Case("average-output-dev-full", "average", ["--inputs", "{ckpt}", "--output", "/dev/full"], "disk is full"),
     ]
+DISTILL = [
+    Case(
+        "distill-missing-teacher", "distill", distill_args(teacher=("{tmp}/none.pt",)), "teacher checkpoint not found"
+    ),
+    Case("distill-no-teacher", "distill", ["--config", "{cfg}", "--out", "{tmp}/d"], "stage needs the teacher"),
+    Case("distill-garbage-teacher", "distill", distill_args(teacher=("{w}/garbage.pt",)), "not a readable"),
+    Case("distill-pickle-teacher", "distill", distill_args(teacher=("{w}/evil.pt",)), "not a readable"),
+    Case(
+        "distill-teachers-of-two-vocabularies",
+        "distill",
+        distill_args(teacher=("{ckpt}", "{tmp}/other.pt")),
+        "have different vocabularies",
+        other_vocabulary("other.pt"),
+    ),
+    Case("distill-unknown-key", "distill", distill_args("model.d_modle=3"), "unknown config key 'model.d_modle'"),
+    Case(
+        "distill-student-file-unknown-key",
+        "distill",
+        ["--teacher", "{ckpt}", "--config", "{tmp}/s.yaml", "--out", "{tmp}/d"],
+        "unknown config key 'train.max_stesp'",
+        write("s.yaml", "train:\n  max_stesp: 3\n"),
+    ),
+    Case(
+        "distill-teacher-of-the-other-direction",
+        "distill",
+        distill_args("data.src_lang=yy", "data.tgt_lang=xx"),
+        "the teacher translates xx->yy but the student config is yy->xx",
+    ),
+    Case("distill-no-train-split", "distill", distill_args("data.train=null"), "the student config has no data.train"),
+    Case("distill-filter-first", "distill", distill_args(extra=("--stage", "filter")), "run the translate stage"),
+    Case("distill-train-first", "distill", distill_args(extra=("--stage", "train")), "run the filter stage first"),
+    Case("distill-average-first", "distill", distill_args(extra=("--stage", "average")), "no numbered checkpoints"),
+    Case("distill-zero-chunk", "distill", distill_args(extra=("--chunk-lines", "0")), "--chunk-lines must be positive"),
+    Case(
+        "distill-ratios-crossed",
+        "distill",
+        distill_args(extra=("--min-length-ratio", "4")),
+        "--min-length-ratio (4.0) exceeds --max-length-ratio",
+    ),
+    Case("distill-zero-beam", "distill", distill_args(extra=("--beam", "0")), "must be >= 1, got 0"),
+    Case(
+        "distill-chunks-of-another-translation",
+        "distill",
+        distill_args(extra=("--stage", "translate")),
+        "holds chunks of another translation",
+        write("d/chunks/manifest.json", '{"chunk_lines": 7}'),
+    ),
+    Case(
+        "distill-out-under-a-file",
+        "distill",
+        [a.replace("{tmp}/d", "{tmp}/file/d") for a in distill_args()],
+        "a part of the path is a file",
+        FILE,
+    ),
+]

@@ -1,4 +1,4 @@
-"""A catalogue of bad inputs and faults over the five commands (prepare, train, translate, evaluate, average).
+"""A catalogue of bad inputs and faults over six commands (prepare, train, translate, evaluate, average, distill).
 
 Each case either fails as the project promises (exit code 2, one line `error: ...` naming the problem, no
 traceback) or gives the correct output; in both, nothing is lost: every file that existed before is unchanged,
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from bad_inputs import MAINS, Case
 from bad_inputs_decoding import EVALUATE, TRANSLATE
-from bad_inputs_training import AVERAGE, PREPARE, TRAIN
+from bad_inputs_training import AVERAGE, DISTILL, PREPARE, TRAIN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the crafted pickle is a plain one
-CASES = PREPARE + TRAIN + TRANSLATE + EVALUATE + AVERAGE
+CASES = PREPARE + TRAIN + TRANSLATE + EVALUATE + AVERAGE + DISTILL
 
 
 def _snapshot(*folders: Path) -> dict[Path, str]:

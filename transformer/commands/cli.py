@@ -206,6 +206,14 @@ def import_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@user_errors_exit_2
+def distill_main(argv: list[str] | None = None) -> int:
+    """transformer-distill --teacher CKPT [CKPT ...] --config STUDENT --out DIR [--stage all|translate|filter|...]"""
+    from transformer.commands.distill import distill_args, run_distill
+
+    return run_distill(build_parser("distill", distill_args).parse_args(argv))
+
+
 def _serve_args(parser: argparse.ArgumentParser) -> None:
     """The checkpoint(s), where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
     from transformer.config import ServeConfig
@@ -297,6 +305,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "average": average_main,
     "export": export_main,
     "import": import_main,
+    "distill": distill_main,
     "serve": serve_main,
 }
 

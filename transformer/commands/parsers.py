@@ -102,6 +102,18 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "other (docs/importing.md).",
         "  transformer-import --format hf opus-mt-es-en --output opus-mt-es-en.pt",
     ),
+    "distill": (
+        "sequence-level distillation: a teacher translates the corpus, a student trains on it",
+        "Sequence-level knowledge distillation (Kim & Rush, 2016) in stages, each runnable on its own: the teacher "
+        "(one checkpoint, an ensemble, an imported model) translates the source side of the student config's "
+        "data.train with beam search into DIR/teacher.tsv (in chunks: resumable, sharded under torchrun), the "
+        "filters drop doubtful pairs into DIR/distilled.tsv (their counts in DIR/filters.json), the student trains "
+        "on it in DIR/student and its last checkpoints are averaged (docs/training.md, Distillation).",
+        "  transformer-distill --teacher runs/demo/averaged.pt --config student --out runs/distill\n"
+        "  transformer-distill --teacher a.pt b.pt --config student --out runs/distill --stage translate\n"
+        "  torchrun --nproc_per_node 2 -m transformer distill --teacher T.pt --config student --out D\n"
+        "  transformer-distill --config student --out runs/distill --stage filter --min-score -1.5",
+    ),
     "serve": (
         "serve translations over HTTP (LibreTranslate's API, a native API, a page)",
         "Serve a checkpoint (several: an ensemble) over HTTP: LibreTranslate's POST /translate and /languages, the "

@@ -305,6 +305,29 @@ class ServeConfig:
         require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
 
 
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig:
+    """transformer-distill's settings (docs/training.md, "Distillation"), each overridden by the flag of the same
+    name. Lengths are whitespace-separated words; a pair is counted under the first filter that drops it."""
+
+    chunk_lines: int = 2000  # source lines per chunk: each its own file, the unit of resuming and of sharding
+    drop_empty: bool = True  # drop pairs whose source or teacher output is empty
+    drop_copies: bool = True  # drop pairs whose teacher output equals the source
+    min_length_ratio: float = 0.3  # drop pairs with fewer output words per source word than this (0 = off)
+    max_length_ratio: float = 3.0  # drop pairs with more output words per source word than this (0 = off)
+    min_score: float | None = None  # drop pairs whose teacher log-probability per piece is below this (None = off)
+    original_weight: float = 0.0  # the original pairs beside the distilled ones, times each per epoch (0 = none)
+    average_last: int = 5  # the student's last numbered checkpoints averaged into student/averaged.pt
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_lines", "average_last"):
+            require(getattr(self, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        for name in ("min_length_ratio", "max_length_ratio", "original_weight"):
+            require(getattr(self, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        ordered = not self.max_length_ratio or self.min_length_ratio <= self.max_length_ratio
+        require(ordered, f"--min-length-ratio ({self.min_length_ratio}) exceeds --max-length-ratio")
+
+
 TOKENIZER_FILES = ("tokenizer", "src_tokenizer", "tgt_tokenizer")  # DataConfig's SentencePiece model paths
 CHUNK_LINES = 1000  # input lines that transformer-translate and Translator.translate read (and sort) at a time
 
