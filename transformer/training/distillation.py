@@ -168,6 +168,11 @@ def train_stage(config: Config, settings: DistillConfig, paths: DistillPaths, *,
 
     if not paths.distilled.is_file():
         raise UserError(f"{paths.distilled} not found: run the filter stage first (--stage filter)")
+    if not paths.distilled.stat().st_size:
+        raise UserError(
+            f"the filters kept no pair in {paths.distilled} ({paths.filters} counts what each dropped): loosen them "
+            "(--min-length-ratio, --max-length-ratio, --min-score) and rerun --stage filter"
+        )
     student = student_config(config, settings, paths)
     save_config(student, paths.student_config)
     last = paths.student / "checkpoint_last.pt"

@@ -65,7 +65,8 @@ def _translate(inputs, out: Path, *extra: str, teachers: tuple[str, ...] = ("tea
     return (out / "teacher.tsv").read_bytes()
 
 
-def test_every_stage_in_one_command_then_one_stage_on_its_own(inputs, tmp_path, capsys):
+def test_every_stage_in_one_command_then_one_stage_on_its_own(inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("transformer.training.trainer.plot_run", lambda out_dir: None)  # no curves: seconds
     out = tmp_path / "out"
     assert distill_main(_args(inputs, out, "--chunk-lines", "16", "--average-last", "3")) == 0
     said = capsys.readouterr().out.splitlines()
