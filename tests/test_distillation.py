@@ -94,6 +94,23 @@ def test_every_stage_in_one_command_then_one_stage_on_its_own(inputs, tmp_path, 
     assert json.loads((out / "filters.json").read_text())["kept"] == 0
 
 
+def test_a_student_stopped_by_a_signal_stops_the_stages_after_it(inputs, tmp_path, monkeypatch, capsys):
+    """SIGTERM during training: the trainer saves and returns; the command exits 143 and averages nothing."""
+
+    class Stopped:
+        def __init__(self, config, resume, progress):
+            self.out = Path(config.train.out_dir)
+
+        def run(self):
+            return {"step": 3, "reason": "SIGTERM"}
+
+    monkeypatch.setattr("transformer.training.trainer.Trainer", Stopped)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "distilled.tsv").write_text("a b\tc d\te f\t-0.5000\n", encoding="utf-8")
+    assert distill_main(_args(inputs, tmp_path / "out", "--stage", "train")) == 143
+    assert "interrupted (SIGTERM)" in capsys.readouterr().err and not (tmp_path / "out/student/averaged.pt").exists()
+
+
 def test_the_student_can_train_beside_the_original_pairs(inputs, tmp_path):
     from transformer.config import DistillConfig, load_config
     from transformer.training.distillation import DistillPaths, student_config

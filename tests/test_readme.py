@@ -44,6 +44,19 @@ COVERED_ELSEWHERE = {  # command -> (the file that runs it, how)
         "tests/test_documents_cli.py",
         "translates a Word file end to end (test_each_format_is_translated_end_to_end)",
     ),
+    "transformer-distill --teacher runs/demo/averaged.pt --config configs/student.yaml --out runs/distill": (
+        "tests/test_distillation.py",
+        "runs every stage on a tiny teacher and student (test_every_stage_in_one_command_then_one_stage_on_its_own)",
+    ),
+    "torchrun --nproc_per_node 2 -m transformer distill --teacher runs/demo/averaged.pt --config "
+    "configs/student.yaml --out runs/distill --stage translate --threads 1": (
+        "tests/test_distillation.py",
+        "starts two processes as torchrun does (test_two_processes_give_the_corpus_of_one)",
+    ),
+    "python scripts/benchmark_distill.py --work runs/distill-bench": (
+        "tests/test_distill_benchmark.py",
+        "runs the whole measurement on the tiny config for a few updates",
+    ),
     'curl -s localhost:5000/translate -H \'Content-Type: application/json\' -d \'{"q": "Hola.", "source": "es", '
     '"target": "en"}\'': ("tests/test_serving.py", "sends this request (test_the_readme_curl_request)"),
 }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer.config import Config, DistillConfig, load_config
+from transformer.errors import UserError
+from transformer.fileio import Interrupted
 
 BLEU_GAIN, CHRF_GAP, SPEEDUP = 1.0, 1.5, 3.0  # the goals
 
@@ -54,13 +57,16 @@ class Plan:
 
 def train_averaged(config: Config, average_last: int, *, progress: bool = False) -> Path:
     """Train `config` in its train.out_dir (resuming a killed run) and average its last checkpoints into
-    averaged.pt there; a run whose averaged.pt exists is done and not touched."""
+    averaged.pt there; a run whose averaged.pt exists is done and not touched. Stopped by SIGINT or SIGTERM (the
+    trainer saves), `fileio.Interrupted` is raised: the script exits 130 or 143 and a rerun goes on."""
     from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
     from transformer.training.trainer import Trainer
 
     out = Path(config.train.out_dir)
     if not (out / "averaged.pt").is_file():
-        Trainer(config, resume=(out / "checkpoint_last.pt").is_file(), progress=progress).run()
+        result = Trainer(config, resume=(out / "checkpoint_last.pt").is_file(), progress=progress).run()
+        if result["reason"] in ("SIGINT", "SIGTERM"):  # saved: a rerun resumes it (`timeout` pieces)
+            raise Interrupted(signal.Signals[result["reason"]])
         save_checkpoint(average_checkpoints(numbered_checkpoints(out)[-average_last:]), out / "averaged.pt")
     return out / "averaged.pt"
 
@@ -103,8 +109,11 @@ def distilled_corpus(plan: Plan, teachers: list[Path]) -> dict[str, Any]:
 
     def stage(name: str) -> float:
         start = time.perf_counter()
-        if distill_main([*args, "--stage", name]) != 0:
-            raise RuntimeError(f"transformer-distill --stage {name} failed (its error is above)")
+        code = distill_main([*args, "--stage", name])
+        if code > 128:  # a signal: its chunks are kept for a rerun
+            raise Interrupted(code - 128)
+        if code:
+            raise UserError(f"transformer-distill --stage {name} failed with exit code {code} (its error is above)")
         return time.perf_counter() - start
 
     seconds = stage("translate")

@@ -25,6 +25,7 @@ import filecmp
 import json
 import logging
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from transformer.checkpoint import average_checkpoints, load_checkpoint, numbere
 from transformer.config import Config, DistillConfig, SplitConfig, from_dict, parse_duration, save_config
 from transformer.data.corpus import count_lines, stream_pairs
 from transformer.errors import UserError
-from transformer.fileio import write_text
+from transformer.fileio import Interrupted, write_text
 from transformer.training.distill_chunks import check_manifest, chunk_path, lines_to_do, merge_chunks, translate_chunks
 from transformer.training.distill_filters import filter_corpus
 from transformer.training.distributed import barrier, init_distributed, prepare_group
@@ -163,7 +164,8 @@ def student_config(config: Config, settings: DistillConfig, paths: DistillPaths)
 
 def train_stage(config: Config, settings: DistillConfig, paths: DistillPaths, *, progress: bool = True) -> dict:
     """The train stage: the student trained (resumed from DIR/student/checkpoint_last.pt when there is one, and not
-    run again once it reached train.max_steps); returns the trainer's result."""
+    run again once it reached train.max_steps); returns the trainer's result. Stopped by a signal (the trainer then
+    saves), it raises `fileio.Interrupted`, so that no later stage runs on a student half trained."""
     from transformer.training.trainer import Trainer
 
     if not paths.distilled.is_file():
@@ -180,7 +182,10 @@ def train_stage(config: Config, settings: DistillConfig, paths: DistillPaths, *,
         step = load_checkpoint(last, mmap=True).get("step", 0)
         if student.train.max_steps and step >= student.train.max_steps:
             return {"step": step, "reason": "already trained"}
-    return Trainer(student, resume=last.is_file(), progress=progress).run()
+    result = Trainer(student, resume=last.is_file(), progress=progress).run()
+    if result["reason"] in ("SIGINT", "SIGTERM"):  # saved and stopped: a rerun resumes; nothing after it runs now
+        raise Interrupted(signal.Signals[result["reason"]])
+    return result
 
 
 def average_stage(settings: DistillConfig, paths: DistillPaths) -> list[Path]:
