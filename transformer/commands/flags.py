@@ -16,7 +16,7 @@ def config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
         "--config",
         required=required,
         help="YAML config file, or the name of a shipped config "
-        "(demo, tiny, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})",
+        "(demo, tiny, student, base, big, bible_es_en, wmt14_en_{de,fr}_{base,big})",
     )
     parser.add_argument(
         "--set",
