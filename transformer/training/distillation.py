@@ -94,15 +94,24 @@ def source_lines(split: SplitConfig) -> int | None:
     return lines if split.max_examples is None else min(lines, split.max_examples)
 
 
-def translate_corpus(translator, config: Config, settings: DistillConfig, paths: DistillPaths, **how) -> dict:
-    """The translate stage: this process's missing chunks of data.train, then (rank 0) teacher.tsv. `how`:
-    identity (what manifest.json records), processes (`Processes`), progress (a bar on a terminal)."""
-    processes: Processes = how.get("processes") or Processes()
+def translate_corpus(
+    translator,
+    config: Config,
+    settings: DistillConfig,
+    paths: DistillPaths,
+    *,
+    identity: dict[str, Any],
+    processes: Processes | None = None,
+    progress: bool = True,
+) -> dict:
+    """The translate stage: this process's missing chunks of data.train, then (rank 0) teacher.tsv. identity: what
+    manifest.json records; progress: a bar on a terminal."""
+    processes = processes or Processes()
     rank, world = processes.rank, processes.world
-    check_manifest(paths.chunks, how["identity"])
+    check_manifest(paths.chunks, identity)
     train, data, size = config.data.train, config.data, settings.chunk_lines
     total, done = lines_to_do(source_lines(train), size, paths.chunks, rank=rank, world=world)
-    enabled = how.get("progress", True) and sys.stderr.isatty()
+    enabled = progress and sys.stderr.isatty()
     with tqdm(total=total, initial=done, unit="line", disable=not enabled, dynamic_ncols=True, leave=False) as bar:
         bar.set_description(f"rank {rank}/{world}" if world > 1 else "teacher")
         count, translated = translate_chunks(
@@ -122,7 +131,7 @@ def translate_corpus(translator, config: Config, settings: DistillConfig, paths:
 def _merge(paths: DistillPaths, count: int) -> int:
     """teacher.tsv from the chunks, unless it already holds exactly them (then untouched: its time keys caches)."""
     chunks = [chunk_path(paths.chunks, i) for i in range(count)]
-    if paths.teacher.is_file() and all(c.is_file() for c in chunks):
+    if chunks and paths.teacher.is_file() and all(c.is_file() for c in chunks):
         size, newest = sum(c.stat().st_size for c in chunks), max(c.stat().st_mtime_ns for c in chunks)
         stat = paths.teacher.stat()
         if stat.st_size == size and stat.st_mtime_ns >= newest:
