@@ -10,11 +10,16 @@ within the other: `*`+`*` around "a" is `**a**`, strong). So, over the placed pi
 - a pair whose marker touches a marker of its own character is written with the other one (`*` as `_`, `**` as
   `__`, or back), both its markers, where the other character touches none and no marker stands within a word
   (`_` neither opens nor closes inside a word, `_a_b`).
-The pair's objects are the source's, or copies of them with the other character.
+Then markdown-it reads the result as a document: where it reads fewer of a kind (em, strong, s, link) than in
+the source, pairs are written with the other character one at a time while that helps. What still does not parse
+is logged: three pairs of one kind around one word that starts or ends with punctuation (`_*_(so_*_`), nested
+strikethrough at a line's start (`~~~~` opens a code fence). The pairs' objects are the source's, or copies of
+them with the other character.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -45,12 +50,17 @@ def settle_emphasis(source: Sequence[Piece], pieces: list[Piece]) -> list[Piece]
 def parsed_kinds(pieces: Sequence[Piece]) -> Counter:
     """How many of each of em, strong, s and link markdown-it reads in the pieces' text (read as a document of its
     own, so that a line the text would start otherwise, a code fence of `~~~`, counts too)."""
-    from markdown_it import MarkdownIt
-
     text = "".join(raw(piece) for piece in pieces)
-    blocks = MarkdownIt("commonmark").enable(["strikethrough"]).parse(text)
+    blocks = _parser().parse(text)
     tokens = [child for block in blocks for child in block.children or []]
     return Counter(t.type[:-5] for t in tokens if t.type in ("em_open", "strong_open", "s_open", "link_open"))
+
+
+@functools.cache
+def _parser():
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["strikethrough"])
 
 
 def _search(pieces: list[Piece], wanted: Counter, found: Counter) -> tuple[list[Piece], Counter]:

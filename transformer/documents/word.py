@@ -1,11 +1,15 @@
-"""`--format docx`: Word files read and written with python-docx; only the text of runs changes.
+"""`--format docx`: Word files read and written with python-docx; only the runs' text (and order) changes.
 
 Each paragraph of the body (tables and text boxes included), of every header and of every footer is a segment:
 the text of each `w:t` node (a run's text) is a pair around its words, so a run's formatting (bold, a font, a
 hyperlink) goes with the target words aligned to its words, within the paragraph; tabs and line breaks part words
-and stay in their runs. Everything else (styles, numbering, images, fields' codes, comments, the other parts of
-the package) is untouched; when no text changes, the file's own bytes are written back. A file that python-docx
-cannot open (not a zip, no Word document inside, broken XML) is one line naming it.
+and stay in their runs. Where a paragraph's runs stand side by side holding only their formatting and text (the
+usual bold or italic words), they follow the translation's word order, a run copied where its words come back
+apart; elsewhere (a tab, a field, a bookmark or a hyperlink among them) they keep their order, and a translation
+that reorders differently formatted words gives the formatting to the words that keep it. Everything else (styles,
+numbering, images, fields' codes, comments, the other parts of the package) is untouched; when no text changes,
+the file's own bytes are written back. A file that python-docx cannot open (not a zip, no Word document inside,
+broken XML) is one line naming it.
 """
 
 from __future__ import annotations
