@@ -6,7 +6,7 @@ followed by whitespace, a closing one not preceded by it; and markers of one cha
 kept in place holds it) or touch another pair's marker of its character (two pairs around the same words, one
 within the other: `*`+`*` around "a" is `**a**`, strong). So, over the placed pieces:
 - each marker of emphasis or of a link moves to the word side of the whitespace beside it (the pair still holds
-  the same words);
+  the same words), past a line break whole (its `\\` or the next line's `> `);
 - a pair whose marker touches a marker of its own character is written with the other one (`*` as `_`, `**` as
   `__`, or back), both its markers, where the other character touches none and no marker stands within a word
   (`_` neither opens nor closes inside a word, `_a_b`).
@@ -48,12 +48,17 @@ def settle_emphasis(source: Sequence[Piece], pieces: list[Piece]) -> list[Piece]
 
 
 def parsed_kinds(pieces: Sequence[Piece]) -> Counter:
-    """How many of each of em, strong, s and link markdown-it reads in the pieces' text (read as a document of its
-    own, so that a line the text would start otherwise, a code fence of `~~~`, counts too)."""
-    text = "".join(raw(piece) for piece in pieces)
+    """How many of each of em, strong, s and link markdown-it reads in the pieces' text, read as a document of its
+    own (so that a line the text would start otherwise, a code fence of `~~~`, counts too), each line break without
+    what the next line starts with in the source (a quote's `> `, which markdown-it reads as the block's)."""
+    text = "".join(_without_prefix(raw(piece)) for piece in pieces)
     blocks = _parser().parse(text)
     tokens = [child for block in blocks for child in block.children or []]
     return Counter(t.type[:-5] for t in tokens if t.type in ("em_open", "strong_open", "s_open", "link_open"))
+
+
+def _without_prefix(text: str) -> str:
+    return text[: text.index("\n") + 1] if _line_break(text) else text
 
 
 @functools.cache
@@ -87,24 +92,32 @@ def _tight(piece: Piece) -> bool:
 
 
 def _tighten(pieces: list[Piece]) -> list[Piece]:
-    """Whitespace after an opening marker moved before it, and before a closing marker moved after it."""
+    """Whitespace after an opening marker moved before it, and before a closing marker moved after it; a line break
+    (`_line_break`) moves whole."""
     out = [piece for piece in pieces if piece != ""]
     moved = True
     while moved:
         moved = False
         for i in range(len(out) - 1):
             a, b = out[i], out[i + 1]
-            if isinstance(a, Open) and _tight(a) and isinstance(b, str) and b[:1].isspace():
-                space = b[: len(b) - len(b.lstrip())]
-                out[i : i + 2] = [space, a, b[len(space) :]] if b.strip() else [b, a]
-                moved = True
-                break
-            if isinstance(b, Close) and _tight(b) and isinstance(a, str) and a[-1:].isspace():
-                word = a.rstrip()
-                out[i : i + 2] = [word, b, a[len(word) :]] if word else [b, a]
-                moved = True
-                break
-    return [piece for piece in out if piece != ""]
+            if isinstance(a, Open) and _tight(a) and isinstance(b, str) and (b[:1].isspace() or _line_break(b)):
+                space = b if _line_break(b) else b[: len(b) - len(b.lstrip())]
+                out[i : i + 2] = [space, a, b[len(space) :]]
+            elif isinstance(b, Close) and _tight(b) and isinstance(a, str) and a[-1:].isspace():
+                word = "" if _line_break(a) else a.rstrip()
+                out[i : i + 2] = [word, b, a[len(word) :]]
+            else:
+                continue
+            out = [piece for piece in out if piece != ""]
+            moved = True
+            break
+    return out
+
+
+def _line_break(text: str) -> bool:
+    """Whether `text` is a line break as a `Break` writes it: spaces or a backslash, the newline, then what the next
+    line starts with (a quote's `> `, a list item's indentation)."""
+    return "\n" in text and text.lstrip(" \t\\").startswith("\n")
 
 
 def _alternate(pieces: list[Piece]) -> list[Piece]:
