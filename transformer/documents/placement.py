@@ -1,8 +1,8 @@
 """Markup placed on a translation by word alignment: inline tags travel with the words they held.
 
 With a segment's target laid out (rendering.py), each `Open`/`Close` pair is put around the target words aligned
-to the source words it held, as one run from the first such word to the last (their proportional guesses when
-none is aligned):
+to the source words it held, as one run from the first such word to the last (where none is aligned, the guess
+of rendering.py's `Links.guess`: beside the target of an aligned neighbour, else at the same relative place):
 - a tag that stood in a separator kept in place (between sentences, or in a separator written where its words
   went) keeps its place there, so `word <b> next` keeps its spaces; one that stood inside a word written as the
   source's keeps its place in the word; any other opens just before its first target word and closes just after
