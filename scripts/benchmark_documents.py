@@ -83,7 +83,9 @@ def measure(translator: Translator, verses: list[str], refs: list[str], format: 
     read_document(output, format)  # raises if the output does not parse
     record["parses"] = True
     if format in ("html", "markdown"):
-        record["tags_kept"] = bench.tag_multiset(output, format) == bench.tag_multiset(wrapped.document, format)
+        source, kept = bench.tag_multiset(wrapped.document, format), bench.tag_multiset(output, format)
+        record["tags_kept"] = kept == source
+        record["tags_lost"] = {"of": sum(source.values()), "lost": sum((source - kept).values())}
     if format in ("srt", "vtt"):
         record["timings_kept"] = bench.timings(output) == bench.timings(wrapped.document)
     references = [" ".join(refs[v] for v in group) for group in groups]

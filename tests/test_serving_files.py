@@ -79,7 +79,7 @@ def structure(format: str, data: bytes):
     import docx
 
     document = docx.Document(io.BytesIO(data))
-    runs = [[bool(run.bold) for run in p.runs] for p in document.paragraphs]
+    runs = [sorted({bool(run.bold) for run in p.runs}) for p in document.paragraphs]  # runs follow the words
     return runs, len(document.tables), [p.style.name for p in document.paragraphs]
 
 

@@ -20,6 +20,8 @@ from html.parser import HTMLParser
 
 from sacrebleu.metrics import CHRF
 
+from transformer.documents.rendering import Links
+
 INLINE = ("b", "i", "em", "strong", "span")
 MARKDOWN_SPECIAL = re.compile(r"[*_`\[\]()<>#\\!|~]")
 
@@ -153,38 +155,55 @@ def covered_words(text: str, start: int, end: int) -> set[int]:
 
 def tag_agreement(wrapped: Wrapped, output: str, calls: list[tuple[str, str, list]]) -> dict:
     """Of the HTML tags whose source words are aligned to some target word: how many enclose exactly the target
-    words from the first to the last of those (the rule of docs/documents.md) in the translation the document used.
-    calls: (sentence, translation, alignment) in the order the document sent them, one paragraph's after another's."""
+    words from the first to the last of those (the rule of docs/documents.md) in the translation the document used;
+    and, for the same tags with their words' links hidden, how often the placement's guess for a tag none of whose
+    words is aligned (`Links.span`) gives exactly those words (a leave-one-out check of the guess that places the
+    unaligned tags). calls: (sentence, translation, alignment) in the order the document sent them, one
+    paragraph's after another's."""
     sources, outputs, queue = html_blocks(wrapped.document), html_blocks(output), iter(calls)
-    checked = exact = unaligned = 0
+    checked = exact = unaligned = guessed = 0
     for p, (source, block) in enumerate(zip(sources, outputs)):
-        links = _paragraph_links(len(source.text.split()), queue)
+        sentences = _paragraph_calls(len(source.text.split()), queue)
+        links = Links(*_links_of(sentences))
         enclosed: dict[str, list[set[int]]] = {}
         for name, start, end in block.ranges:
             enclosed.setdefault(name, []).append(covered_words(block.text, start, end))
         for _, first, last, name in (tag for tag in wrapped.tags if tag[0] == p):
-            targets = set().union(*(links.get(w, set()) for w in range(first, last + 1)))
+            targets = {t for w in range(first, last + 1) for t in links.targets.get(w, ())}
             if not targets:
                 unaligned += 1
                 continue
             checked += 1
-            exact += set(range(min(targets), max(targets) + 1)) in enclosed.get(name, [])
+            wanted = set(range(min(targets), max(targets) + 1))
+            exact += wanted in enclosed.get(name, [])
+            hidden = Links(*_links_of(sentences, hide=range(first, last + 1)))
+            guess = hidden.span(first, last)
+            guessed += bool(guess) and set(range(guess[0], guess[-1] + 1)) == wanted
     share = round(exact / checked, 4) if checked else None
-    return {"tags": len(wrapped.tags), "checked": checked, "unaligned": unaligned, "exact": exact, "share": share}
+    record = {"tags": len(wrapped.tags), "checked": checked, "unaligned": unaligned, "exact": exact, "share": share}
+    return record | {"guess_exact": guessed, "guess_share": round(guessed / checked, 4) if checked else None}
 
 
-def _paragraph_links(words: int, calls) -> dict[int, set[int]]:
-    """{paragraph source word: its aligned paragraph target words} from the next sentences of `calls` that make up a
-    paragraph of `words` words (each sentence's words counted on from the last)."""
-    links: dict[int, set[int]] = {}
-    source_at = target_at = 0
+def _paragraph_calls(words: int, calls) -> list[tuple[str, str, list]]:
+    """The next sentences of `calls` that make up a paragraph of `words` words."""
+    found, source_at = [], 0
     while source_at < words:
-        sentence, translation, alignment = next(calls)
-        for s, t in alignment or []:
-            links.setdefault(source_at + s, set()).add(target_at + t)
-        source_at += len(sentence.split())
-        target_at += len(translation.split())
-    return links
+        found.append(next(calls))
+        source_at += len(found[-1][0].split())
+    return found
+
+
+def _links_of(sentences: list[tuple[str, str, list]], hide: range = range(0)) -> tuple[list, list, list]:
+    """`Links`' arguments for a paragraph's sentences (word ranges, target counts, alignments), without the links
+    of the paragraph's source words in `hide`."""
+    ranges, counts, alignments, at = [], [], [], 0
+    for sentence, translation, alignment in sentences:
+        n = len(sentence.split())
+        ranges.append((at, at + n))
+        counts.append(len(translation.split()))
+        alignments.append([(s, t) for s, t in alignment or [] if at + s not in hide])
+        at += n
+    return ranges, counts, alignments
 
 
 def tag_multiset(document: str, format: str) -> Counter:

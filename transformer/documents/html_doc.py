@@ -84,7 +84,7 @@ class Blocks:
         else:
             keep = tag in KEPT_INLINE or no_translate(tag, attrs)
             self.open.append((tag, len(self.pieces), start))
-            self.pieces.append(self._markup(Open(text, keep=keep), text, tag))
+            self.pieces.append(self._markup(Open(text, keep=keep, link=tag == "a"), text, tag))
 
     def _end_inline(self, text: str, tag: str, start: int) -> None:
         if self.open and self.open[-1][0] == tag:

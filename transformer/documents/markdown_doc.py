@@ -17,6 +17,7 @@ import logging
 from dataclasses import replace
 from itertools import accumulate
 
+from transformer.documents.markdown_emphasis import settle_emphasis
 from transformer.documents.markdown_inline import InlineRun, UnmatchedError, escape
 from transformer.documents.segments import Break, Segment, TextDocument
 
@@ -87,7 +88,7 @@ def _segment(token, source: str, starts: list[int], found: list[tuple[int, int]]
     pieces = _with_joins(pieces, iter(joins))
     start = starts[found[0][0]] + found[0][1]
     end = starts[found[-1][0]] + found[-1][1] + len(content[-1])
-    segment = Segment(pieces, escape)
+    segment = Segment(pieces, escape, info={"finish": settle_emphasis})
     return (start, end, segment) if segment.source() == source[start:end] else None
 
 

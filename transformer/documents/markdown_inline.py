@@ -57,10 +57,10 @@ class InlineRun:
             elif kind == "code_inline":
                 self._code(token.markup)
             elif kind == "link_open" and token.markup == "autolink":
-                self.pieces.append(Atom(self._through(">")))
+                self.pieces.append(Atom(self._through(">"), link=True))
                 skip_to = "link_close"
             elif kind == "link_open":
-                self.pieces.append(Open(self._expect("[")))
+                self.pieces.append(Open(self._expect("["), link=True))
             elif kind == "link_close":
                 self.pieces.append(Close(self._link_tail()))
             elif kind == "image":

@@ -67,7 +67,9 @@ def place_translations(planned: Planned, results: Sequence[tuple[str, Alignment 
             outputs.append(list(segment.pieces))
             continue
         placer = segment.info.get("place", place)  # an adapter may place its markup otherwise (word.py)
-        outputs.append(placer(layout, ranges, results[done : done + len(ranges)]))
+        pieces = placer(layout, ranges, results[done : done + len(ranges)])
+        finish = segment.info.get("finish")  # and go over the placed pieces last (markdown_emphasis.py)
+        outputs.append(finish(segment.pieces, pieces) if finish else pieces)
         done += len(ranges)
     return outputs
 

@@ -1,15 +1,18 @@
 """Markup placed on a translation by word alignment: inline tags travel with the words they held.
 
 With a segment's target laid out (rendering.py), each `Open`/`Close` pair is put around the target words aligned
-to the source words it held, as one run from the first such word to the last (their proportional guesses when
-none is aligned):
+to the source words it held, as one run from the first such word to the last (where none is aligned, the guess
+of rendering.py's `Links.guess`: beside the target of an aligned neighbour, else at the same relative place):
 - a tag that stood in a separator kept in place (between sentences, or in a separator written where its words
   went) keeps its place there, so `word <b> next` keeps its spaces; one that stood inside a word written as the
   source's keeps its place in the word; any other opens just before its first target word and closes just after
   its last;
-- nesting stays well-formed and the tree of tags is the source's: a tag is clipped into its parent's run; where
-  siblings' runs overlap, the shorter keeps its words and the longer is cut back to its longest part outside it
-  (a sibling left with no word of its own becomes an empty pair there; the multiset of tags is kept);
+- nesting stays well-formed, and a tag stays within its parent of the source: it is clipped into its parent's
+  run, or, lying wholly outside it, takes the parent's nearest word; a sibling whose run lies within another's
+  goes within it (re-nested: `<b>x</b> <i>y</i>` whose "x" is aligned around "y" becomes `<b>.. <i>y</i> ..</b>`),
+  except in a kept span and a link within a link; where siblings' runs cross, the shorter keeps its words and the
+  longer is cut back to its longest run of whole words outside it (one left with none goes within the sibling that
+  took its first word, or is an empty pair there); the multiset of tags is always kept;
 - a pair that held no word (`<a id="x"></a>`, markup around spaces) and an `Atom` stand after the target word
   aligned to the word before them; a pair with `keep=True` (code) writes what it held as written;
 - a pair never runs over a required separator (a cue boundary) that it did not hold in the source.
@@ -35,6 +38,8 @@ class Node:
     end: int
     span: Span | None = None
     keep: bool = False
+    link: bool = False  # a link (holds no other link)
+    holds_link: bool = False  # it, or markup it holds in the source, is a link
     children: list[Node] = field(default_factory=list)
 
 
@@ -57,28 +62,36 @@ def place(layout: Layout, ranges, translations: Sequence[tuple[str, Alignment | 
             parent = root if owner is None else nodes[owner]
             if not parent.keep:  # else written with the kept span that holds it
                 point = _point(rendering, u)
-                parent.children.append(Node(u, point, point))
-    _settle(root.children, root.start, root.end)
+                parent.children.append(Node(u, point, point, link=unit.link))
+    _mark_links(root)
+    _settle(rendering, root.children, root.start, root.end)
     out: list[Piece] = []
     _walk(layout, rendering, root.children, root.start, root.end, out)
     return out
 
 
+def _mark_links(node: Node) -> bool:
+    """Set `holds_link` over the source's tree of nodes; whether `node` holds a link."""
+    node.holds_link = any([_mark_links(child) for child in node.children]) or node.link
+    return node.holds_link
+
+
 def _span_node(rendering: Rendering, span: Span) -> Node:
     layout = rendering.layout
-    keep = layout.units[span.open].keep
+    keep, link = layout.units[span.open].keep, layout.units[span.open].link
     if span.words is None:  # holds no word: where it stood when that was written in place, else after a word
         start, end = rendering.home.get(span.open), rendering.home.get(span.close)
         if start is None or end is None:
             start = end = _point(rendering, span.open)
-        return Node(span.open, start, end, span, keep=True)
+        return Node(span.open, start, end, span, keep=True, link=link)
     first, last = span.words
     targets = rendering.links.span(first, last)
     if not targets:  # its sentences' translations are empty
         at = rendering.sentence_at[rendering.links.sentence[first]]
-        return Node(span.open, at, at, span, keep=keep)
+        return Node(span.open, at, at, span, keep=keep, link=link)
     ta, tb = _within_walls(rendering, span, targets)
-    return Node(span.open, _open_at(rendering, span, ta), _close_at(rendering, span, tb), span, keep=keep)
+    start, end = _open_at(rendering, span, ta), _close_at(rendering, span, tb)
+    return Node(span.open, start, end, span, keep=keep, link=link)
 
 
 def _within_walls(rendering: Rendering, span: Span, targets: list[int]) -> tuple[int, int]:
@@ -138,33 +151,109 @@ def _aligned_point(rendering: Rendering, u: int) -> int:
     return rendering.sentence_at[links.sentence[max(before, 0)]] if layout.words else 0
 
 
-def _settle(children: list[Node], lo: int, hi: int) -> None:
-    """Clip children into [lo, hi], then settle overlaps between siblings (the module docstring), recursively."""
+def _settle(rendering: Rendering, children: list[Node], lo: int, hi: int) -> None:
+    """Clip children into [lo, hi], cut back those that cross a sibling, nest those that lie within one (the module
+    docstring), recursively."""
     for child in children:
-        child.start = min(max(child.start, lo), hi)
-        child.end = min(max(child.end, child.start), hi)
-    taken: list[tuple[int, int]] = []
-    for child in sorted(children, key=lambda node: (node.end - node.start, node.start, node.unit)):
-        child.start, child.end = _free_part(child.start, child.end, taken)
-        taken.append((child.start, child.end))
-    children.sort(key=lambda node: (node.start, node.end > node.start, node.unit))
+        _clip(rendering, child, lo, hi)
+    spans: list[Node] = []
+    for child in sorted(children, key=lambda node: (node.start == node.end, node.end - node.start, node.start)):
+        if child.start < child.end:
+            _cut(rendering, child, spans, children)
+        if child.start < child.end:
+            spans.append(child)
+        else:  # a point: out of the spans that cannot hold it
+            while inside := [n.end for n in spans if n.start < child.start < n.end and not _can_hold(n, child, [])]:
+                child.start = child.end = max(inside)
+    children[:] = _nest(children)
     for child in children:
         if child.children:
-            _settle(child.children, child.start, child.end)
+            _settle(rendering, child.children, child.start, child.end)
 
 
-def _free_part(start: int, end: int, taken: list[tuple[int, int]]) -> tuple[int, int]:
-    """The longest part of [start, end] that overlaps no taken interval (the leftmost of equals); with none, or
-    for a point, the first place from `start` on that lies inside no taken interval."""
-    parts = [(start, end)] if start < end else []
-    for a, b in taken:
-        parts = [p for s, e in parts for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
-    if parts:
-        return max(parts, key=lambda p: (p[1] - p[0], -p[0]))
-    point = start
-    while inside := [b for a, b in taken if a < point < b or (a == point < b and end > start)]:
-        point = max(inside)
-    return point, point
+def _clip(rendering: Rendering, node: Node, lo: int, hi: int) -> None:
+    """`node` clipped into [lo, hi]; a span that held words and lies wholly outside takes the nearest word of
+    [lo, hi] (its first or its last), so that it still holds one (a kept one, whose words the source's replace,
+    does not)."""
+    start, end = min(max(node.start, lo), hi), min(max(node.end, node.start, lo), hi)
+    words = _whole_words(rendering, lo, hi) if start == end and node.start < node.end and not node.keep else None
+    if words and node.span is not None and node.span.words is not None:
+        t = words[0] if node.end <= lo else words[1]
+        start, end = rendering.word_at[t]
+    node.start, node.end = start, end
+
+
+def _cut(rendering: Rendering, node: Node, spans: list[Node], siblings: list[Node]) -> None:
+    """A span cut back to its longest part of whole words outside the (shorter) sibling spans it crosses, until it
+    crosses none; one left with no word goes within the sibling that took its first word, if that can hold it,
+    else is a point where it starts."""
+    while crossing := [n for n in spans if _crosses(n, node, siblings)]:
+        parts = [(node.start, node.end)]
+        for n in crossing:
+            parts = [p for s, e in parts for p in ((s, min(e, n.start)), (max(s, n.end), e)) if p[0] < p[1]]
+        words = [w for w in (_whole_words(rendering, s, e) for s, e in parts) if w]
+        if words:
+            first, last = max(words, key=lambda w: (w[1] - w[0], -w[0]))
+            node.start, node.end = rendering.word_at[first][0], rendering.word_at[last][1]
+            continue
+        hosts = [n for n in crossing if n.start <= node.start < n.end and _can_hold(n, node, siblings)]
+        within = hosts and (max(node.start, hosts[0].start), min(node.end, hosts[0].end))
+        if not within or within == (node.start, node.end):
+            node.end = node.start
+            return
+        node.start, node.end = within
+
+
+def _whole_words(rendering: Rendering, start: int, end: int) -> tuple[int, int] | None:
+    """The first and last target word wholly within [start, end] (None: no word is)."""
+    words = [t for t, (a, b) in enumerate(rendering.word_at) if start <= a and b <= end and a < b]
+    return (words[0], words[-1]) if words else None
+
+
+def _crosses(a: Node, b: Node, siblings: list[Node]) -> bool:
+    """Whether two sibling spans overlap without one lying within the other that can hold it."""
+    if a.end <= b.start or b.end <= a.start:
+        return False
+    return not (_within(a, b) and _can_hold(b, a, siblings) or _within(b, a) and _can_hold(a, b, siblings))
+
+
+def _within(inner: Node, outer: Node) -> bool:
+    """Whether `inner` lies within `outer` (a point strictly inside; of two equal spans, the later in the source)."""
+    if outer.start == outer.end:
+        return False
+    if inner.start == inner.end:
+        return outer.start < inner.start < outer.end
+    same = (inner.start, inner.end) == (outer.start, outer.end)
+    return outer.start <= inner.start and inner.end <= outer.end and (not same or outer.unit < inner.unit)
+
+
+def _can_hold(outer: Node, inner: Node, siblings: list[Node]) -> bool:
+    """Whether `outer` may hold `inner`: not where a kept span is written as the source has it, nor a link around
+    a link (`inner`'s own, one of its source, or a sibling within it)."""
+    if outer.keep:
+        return False
+    return not outer.link or not (inner.holds_link or any(n.holds_link and _within(n, inner) for n in siblings))
+
+
+def _nest(children: list[Node]) -> list[Node]:
+    """Siblings that no longer cross: each that lies within others that can hold it goes into the smallest of them
+    (of equal ones, the later in the source); the rest are returned, each list in its order in the target."""
+    top = []
+    for child in children:
+        hosts = [n for n in children if n is not child and _within(child, n) and _can_hold(n, child, children)]
+        if hosts:
+            min(hosts, key=lambda n: (n.end - n.start, -n.unit)).children.append(child)
+        else:
+            top.append(child)
+    for node in top:
+        _mark_links(node)  # what it holds now
+    for node in children:
+        node.children.sort(key=_order)
+    return sorted(top, key=_order)
+
+
+def _order(node: Node) -> tuple[int, bool, int]:
+    return node.start, node.end > node.start, node.unit
 
 
 def _walk(layout: Layout, rendering: Rendering, children: list[Node], lo: int, hi: int, out: list[Piece]) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from transformer.documents.layout import Layout
 from transformer.documents.segments import Alignment, Break, Char
 
+NEAR = 2  # how far (in source words) an aligned word may stand from unaligned ones to guess where they went
+
 
 def target_words(text: str) -> tuple[list[str], list[str]]:
     """The whitespace-split words of a translation (as the alignments count them) and the whitespace before each
@@ -71,9 +73,29 @@ class Links:
         return max(found) if found else self.project(word)
 
     def span(self, first: int, last: int) -> list[int]:
-        """The target words aligned to source words first..last (their guesses when none is)."""
+        """The target words aligned to source words first..last (their guess when none is)."""
         found = sorted({t for w in range(first, last + 1) for t in self.targets.get(w, ())})
-        return found or sorted({t for t in (self.project(first), self.project(last)) if t is not None})
+        return found or self.guess(first, last)
+
+    def guess(self, first: int, last: int) -> list[int]:
+        """Target words for source words first..last of which none is aligned. Next to an aligned word (at most
+        one unaligned word between): as many words as they are from just after the target word aligned to the one
+        before them (up to just before the one aligned to the one after them), else just before the latter. Else
+        (a long unaligned stretch, a sentence translated short), the words at the same relative places (`project`)."""
+        i = self.sentence[first]
+        (a, b), m, offset = self.ranges[i], self.counts[i], self.offsets[i]
+        if m and self.sentence[last] == i:
+            before = next((w for w in range(first - 1, max(a, first - NEAR) - 1, -1) if self.targets.get(w)), None)
+            after = next((w for w in range(last + 1, min(b, last + NEAR + 1)) if self.targets.get(w)), None)
+            left = max(self.targets[before]) if before is not None else None
+            right = min(self.targets[after]) if after is not None else None
+            size = last - first + 1
+            if left is not None and left + 1 < offset + m:
+                end = min(offset + m, left + 1 + size, right if right is not None and right > left + 1 else offset + m)
+                return list(range(left + 1, end))
+            if right is not None and right > offset:
+                return list(range(max(offset, right - size), right))
+        return sorted({t for t in (self.project(first), self.project(last)) if t is not None})
 
 
 def assign_separators(layout: Layout, links: Links, i: int) -> dict[int, list[int]]:

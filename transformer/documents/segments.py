@@ -8,6 +8,7 @@ file's cues). A segment is a list of pieces:
 - `Char`: one character the model reads (`&`) that the document writes otherwise (`&amp;`, `\\*`);
 - `Open` / `Close`: a pair of inline markup around words (`<b>` `</b>`, `**` `**`, `[` `](url)`), placed around the
   target words aligned to the words it held (placement.py); `keep=True` keeps what it holds as written (code);
+  `link=True` for a link, which never comes to hold another link (HTML and Markdown links do not nest);
 - `Atom`: markup that stands where it is (`<br>`, an image, a comment), after the target word aligned to the word
   before it; `separates=True` when it parts words as a space does;
 - `Break`: whitespace as written where a line starts with more (`\\n> `, an indentation, a cue's number and times),
@@ -50,11 +51,13 @@ class Char:
 
 @dataclass(frozen=True, eq=False)
 class Open:
-    """Inline markup that opens around words; `keep`: what it holds is kept as written; `handle`: the adapter's."""
+    """Inline markup that opens around words; `keep`: what it holds is kept as written; `link`: a link (holds no
+    other link); `handle`: the adapter's."""
 
     raw: str
     keep: bool = False
     handle: object = None
+    link: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,10 +69,11 @@ class Close:
 
 @dataclass(frozen=True, eq=False)
 class Atom:
-    """Markup that stands on its own; `separates`: it parts words, as a space does."""
+    """Markup that stands on its own; `separates`: it parts words, as a space does; `link`: a link (an autolink)."""
 
     raw: str
     separates: bool = False
+    link: bool = False
 
 
 @dataclass(frozen=True, eq=False)

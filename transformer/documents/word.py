@@ -1,16 +1,21 @@
-"""`--format docx`: Word files read and written with python-docx; only the text of runs changes.
+"""`--format docx`: Word files read and written with python-docx; only the runs' text (and order) changes.
 
 Each paragraph of the body (tables and text boxes included), of every header and of every footer is a segment:
 the text of each `w:t` node (a run's text) is a pair around its words, so a run's formatting (bold, a font, a
 hyperlink) goes with the target words aligned to its words, within the paragraph; tabs and line breaks part words
-and stay in their runs. Everything else (styles, numbering, images, fields' codes, comments, the other parts of
-the package) is untouched; when no text changes, the file's own bytes are written back. A file that python-docx
-cannot open (not a zip, no Word document inside, broken XML) is one line naming it.
+and stay in their runs. Where a paragraph's runs stand side by side holding only their formatting and text (the
+usual bold or italic words), they follow the translation's word order, a run copied where its words come back
+apart; elsewhere (a tab, a field, a bookmark or a hyperlink among them) they keep their order, and a translation
+that reorders differently formatted words gives the formatting to the words that keep it. Everything else (styles,
+numbering, images, fields' codes, comments, the other parts of the package) is untouched; when no text changes,
+the file's own bytes are written back. A file that python-docx cannot open (not a zip, no Word document inside,
+broken XML) is one line naming it.
 """
 
 from __future__ import annotations
 
 import bisect
+import copy
 import io
 from collections.abc import Sequence
 
@@ -45,11 +50,15 @@ class WordDocument:
     def rebuild(self, outputs: Sequence[Sequence[Piece]]) -> bytes:
         changed = False
         for output in outputs:
-            for node, text in _node_texts(output).items():
+            chunks = _chunks(output)
+            runs = [node.getparent() for node, _ in chunks]
+            if len({id(run) for run in runs}) < len(runs) or not _in_place(runs):
+                _reorder(chunks)
+                changed = True
+                continue
+            for node, text in chunks:
                 if text != (node.text or ""):
-                    node.text = text
-                    if text != text.strip():
-                        node.set(SPACE, "preserve")
+                    _set_text(node, text)
                     changed = True
         if not changed:
             return self.data
@@ -58,26 +67,77 @@ class WordDocument:
         return out.getvalue()
 
 
+def _in_place(runs: list) -> bool:
+    """Whether runs that share a parent come in the order they stand in it."""
+    at = [(id(run.getparent()), run.getparent().index(run)) for run in runs if run.getparent() is not None]
+    return all(a[1] < b[1] for a, b in zip(at, at[1:]) if a[0] == b[0])
+
+
+def _set_text(node, text: str) -> None:
+    node.text = text
+    if text != text.strip():
+        node.set(SPACE, "preserve")
+
+
+def _reorder(chunks: list) -> None:
+    """A movable paragraph's runs (`_movable`) rewritten in the order of `chunks` ((w:t node, text)), a run copied
+    where it comes back a second time."""
+    runs = list({id(node.getparent()): node.getparent() for node, _ in chunks}.values())
+    parent = runs[0].getparent()
+    at = min(parent.index(run) for run in runs)
+    for run in runs:
+        parent.remove(run)
+    used = set()
+    for k, (node, text) in enumerate(chunks):
+        run = node.getparent()
+        if id(run) in used:
+            run = copy.deepcopy(run)
+            node = run.find(W + "t")
+        used.add(id(node.getparent()))
+        _set_text(node, text)
+        parent.insert(at + k, run)
+
+
 def _paragraphs(element) -> list[Segment]:
     segments = []
     for paragraph in element.iter(W + "p"):
         pieces: list[Piece] = []
+        texts = []
         for node in paragraph.iter(W + "t", *SEPARATORS):
             if _paragraph_of(node) is not paragraph:
                 continue  # a text box's paragraph inside this one: a segment of its own
             if node.tag == W + "t" and node.text:
                 pieces += [Open("", handle=node), node.text, Close("")]
+                texts.append(node)
             elif node.tag != W + "t":
                 pieces.append(Atom("", separates=True))
         if any(isinstance(piece, str) and piece.strip() for piece in pieces):
-            segments.append(Segment(pieces, info={"place": place_in_runs}))
+            info = {"place": place_in_runs, "movable": _movable(texts)}
+            segments.append(Segment(pieces, info=info))
     return segments
 
 
+def _movable(texts: list) -> bool:
+    """Whether the runs of these w:t nodes may be reordered and copied: each holds only its formatting and one of
+    them, and they stand side by side in one parent with nothing between them (no tab, field, bookmark, ...)."""
+    runs = [node.getparent() for node in texts]
+    if len({id(run) for run in runs}) != len(runs) or any(run.tag != W + "r" for run in runs):
+        return False
+    if any(child.tag not in (W + "rPr", W + "t") for run in runs for child in run):
+        return False
+    parent = runs[0].getparent()
+    if any(run.getparent() is not parent for run in runs):
+        return False
+    at = [parent.index(run) for run in runs]
+    return at == list(range(at[0], at[0] + len(runs)))
+
+
 def place_in_runs(layout: Layout, ranges, translations) -> list[Piece]:
-    """The target text shared over the paragraph's runs, which keep their order: each character written from the
-    source goes to its own run, each other one to the run of the source word aligned to its word (the first), or
-    of the text before it; where that would put the runs out of order, the fewest characters change run."""
+    """The target text shared over the paragraph's runs: each character written from the source goes to its own
+    run, each other one to the run of the source word aligned to its word (the first), a space between two runs to
+    the one of them whose text starts or ends with one (`_spaces_placed`), the rest to the run of the text before
+    it. Where the runs can be moved (`_movable`), they follow the text, a run copied where its words come back
+    apart; else they keep their order, and where that order is not the text's, the fewest characters change run."""
     rendering = Rendering(layout, ranges, translations)
     word_of_entry = {i: t for t, (a, b) in enumerate(rendering.word_at) for i in range(a, b)}
     wanted: list[int | None] = []
@@ -89,12 +149,48 @@ def place_in_runs(layout: Layout, ranges, translations) -> list[Piece]:
             wanted.append(layout.owner.get(layout.words[first][0]))
         else:
             wanted.append(None)
-    texts = [[] for _ in layout.spans]
-    for run, text in zip(_in_order(wanted), rendering.text):
-        texts[run].append(text)
+    if not layout.segment.info.get("movable"):
+        runs = _in_order(wanted)
+        texts = [[] for _ in layout.spans]
+        for run, text in zip(runs, rendering.text):
+            texts[run].append(text)
+        pieces: list[Piece] = []
+        for span, text in zip(layout.spans, texts):  # every run, an emptied one too
+            pieces += [layout.units[span.open], "".join(text), layout.units[span.close]]
+        return pieces
+    return _moved(layout, _spaces_placed(layout, wanted, rendering.text), rendering.text)
+
+
+def _spaces_placed(layout: Layout, wanted: list[int | None], text: list[str]) -> list[int]:
+    """`wanted` with each space between two runs given to the one whose source text starts or ends with a space (the
+    one before first; formatted words seldom do), and every other unknown entry to the run of the entry before it
+    (the first known, at the start)."""
+    edges = [layout.raw_between(span.open + 1, span.close) for span in layout.spans]
+    spaced = [text != text.strip() for text in edges]  # runs that part words: a space at an end
+    known = [(i, r) for i, r in enumerate(wanted) if r is not None]
+    runs, current = [], known[0][1] if known else 0
+    for i, run in enumerate(wanted):
+        if run is None and text[i].isspace():
+            after = next((r for j, r in known if j > i), current)
+            run = current if spaced[current] or not spaced[after] else after
+        current = run if run is not None else current
+        runs.append(current)
+    return runs
+
+
+def _moved(layout: Layout, runs: list[int], text: list[str]) -> list[Piece]:
+    """Runs in the order of the text: a pair around each stretch of one run's text (a run may come back several
+    times); the runs left with no text after them, emptied."""
     pieces: list[Piece] = []
-    for span, text in zip(layout.spans, texts):  # every run, an emptied one too
-        pieces += [layout.units[span.open], "".join(text), layout.units[span.close]]
+    for k, (run, entry) in enumerate(zip(runs, text)):
+        span = layout.spans[run]
+        if k and runs[k - 1] == run:
+            pieces[-2] += entry
+        else:
+            pieces += [layout.units[span.open], entry, layout.units[span.close]]
+    for span in layout.spans:
+        if span.index not in runs:
+            pieces += [layout.units[span.open], "", layout.units[span.close]]
     return pieces
 
 
@@ -127,19 +223,18 @@ def _paragraph_of(node):
     return parent
 
 
-def _node_texts(output: Sequence[Piece]) -> dict:
-    """{w:t node: its new text} from a segment's translated pieces; text outside every node goes to the node
-    before it (the first node, at the start)."""
-    texts: dict = {}
-    stack, last, pending = [], None, []
+def _chunks(output: Sequence[Piece]) -> list:
+    """[(w:t node, its new text)] in the order of a segment's translated pieces; text outside every pair goes to
+    the pair before it (the first, at the start)."""
+    chunks: list = []
+    pending: list[str] = []
     for piece in output:
         if isinstance(piece, Open):
-            stack.append(piece.handle)
-            texts.setdefault(piece.handle, []).extend(pending)
+            chunks.append([piece.handle, "".join(pending)])
             pending = []
-        elif isinstance(piece, Close):
-            last = stack.pop()
         elif isinstance(piece, str):
-            node = stack[-1] if stack else last
-            (pending if node is None else texts[node]).append(piece)
-    return {node: "".join(parts) for node, parts in texts.items()}
+            if chunks:
+                chunks[-1][1] += piece
+            else:
+                pending.append(piece)
+    return [(node, text) for node, text in chunks]
