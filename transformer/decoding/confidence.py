@@ -76,7 +76,7 @@ def _is_short(piece: str) -> bool:
     return len(piece.replace("\u2581", "")) <= 1 or (piece.startswith("<0x") and piece.endswith(">"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Calibration:
     """The map from `FEATURES` to a confidence, and the default threshold of --min-confidence."""
 
