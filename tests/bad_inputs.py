@@ -34,6 +34,7 @@ MAINS = {
     "translate": cli.translate_main,
     "evaluate": cli.evaluate_main,
     "average": cli.average_main,
+    "calibrate": cli.calibrate_main,
 }
 
 

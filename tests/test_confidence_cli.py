@@ -133,3 +133,21 @@ def test_average_calibrates_the_average_on_its_config(tiny, tmp_path, caplog):
     )
     assert "confidence" not in torch.load(tmp_path / "c.pt", weights_only=True)  # its config has no data.valid
     assert "no confidence calibration (the config has no data.valid split" in caplog.text
+
+
+def test_the_native_api_answers_each_hypothesis_confidence_and_the_threshold(tiny):
+    from transformer.serving.engine import Engine
+    from transformer.serving.native import hypotheses, plan_native
+
+    for checkpoint in (tiny["calibrated"], tiny["checkpoint"]):
+        translator = Translator.from_checkpoint(checkpoint, beam_size=2)
+        engine = Engine(translator)
+        limits = dict(max_lines=8, max_chars=100, max_beam=4, max_len_a=2.0, max_len_b=50)
+        lines, settings, controls = plan_native({"q": LINES, "nbest": 2}, engine.defaults, **limits)
+        answer = hypotheses(engine.decode(settings, lines, controls), settings.alignment, engine.threshold)
+        expected = translator.translate(LINES, nbest=2)
+        got = [[h["confidence"] for h in hyps] for hyps in answer["translations"]]
+        assert got == [[round(h.confidence, 4) for h in hyps] for hyps in expected]
+        assert answer["confidence_threshold"] == (
+            None if checkpoint == tiny["checkpoint"] else round(translator.confidence_threshold, 4)
+        )

@@ -15,6 +15,7 @@ import torch
 from transformer.checkpoint import load_checkpoint
 from transformer.commands.cli import train_main
 from transformer.config import load_config
+from transformer.decoding.confidence import Calibration
 from transformer.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +63,9 @@ def test_tiny_run_writes_everything(tmp_path):
     assert state["step"] == 30 and {"optimizer", "sampler", "rng", "tokenizer", "config"} <= state.keys()
     valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if "valid_loss" in line]
     assert [v["step"] for v in valid] == [15, 30] and all("valid_bleu" in v for v in valid)
+    calibration = Calibration.from_state(torch.load(run / "checkpoint_last.pt", weights_only=True)["confidence"])
+    assert calibration is not None and "fitted on 40 validation lines" in calibration.about  # tiny.yaml's 40
+    assert "confidence" not in load_checkpoint(run / "best.pt")  # a model of its own validation, not the final one
 
 
 def test_validation_lines_never_share_the_progress_bar_line(tmp_path):
@@ -76,14 +80,15 @@ def test_resume_is_exact(tmp_path):
     split run prefetches batches (train.prefetch, the default 2) and the full one does not: the checkpoint at 12
     must hold the sampler position of the batches trained, not of those drawn ahead."""
     assert train_main(_args(tmp_path, "full", "train.max_steps=25", "train.prefetch=0")) == 0
-    assert train_main(_args(tmp_path, "split", "train.max_steps=12")) == 0
+    assert train_main(_args(tmp_path, "split", "train.max_steps=12", "train.confidence_lines=0")) == 0
+    assert "confidence" not in load_checkpoint(tmp_path / "split/checkpoint_last.pt")  # 0: no calibration
     assert train_main(_args(tmp_path, "split", "train.max_steps=25") + ["--resume"]) == 0
     full, split = _losses(tmp_path / "full"), _losses(tmp_path / "split")
     assert sorted(split) == list(range(1, 26))
     assert split == full
-    a = load_checkpoint(tmp_path / "full/checkpoint_last.pt")["model"]
-    b = load_checkpoint(tmp_path / "split/checkpoint_last.pt")["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    full, split = (load_checkpoint(tmp_path / f"{name}/checkpoint_last.pt") for name in ("full", "split"))
+    assert all(torch.equal(full["model"][k], split["model"][k]) for k in full["model"])
+    assert str(full["confidence"]) == str(split["confidence"])  # the same model, the same calibration
 
 
 @pytest.mark.slow
