@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,13 +58,69 @@ def not_source_inputs(sources: Sequence[str], references: Sequence[str], *, seed
 
 def feature_rows(translator: Translator, lines: Sequence[str], progress: Callable[[int], Any] | None = None):
     """Each line's best translation and its features (confidence.FEATURES) as the translator computes them: (texts,
-    rows). The source ids are cut as the translator cuts them."""
+    rows)."""
     best = [hyps[0] for hyps in translator.translate(list(lines), progress=progress)]
+    return [t.text for t in best], rows_of(translator, lines, best)
+
+
+def rows_of(translator: Translator, lines: Sequence[str], best: Sequence) -> list[list[float]]:
+    """The features of each line's translation (a `Translation`), its source ids cut as the translator cuts them."""
     limit = translator.model.max_positions
     sources = translator.tokenizer.encode_src([line.strip() for line in lines])
     sources = [ids if len(ids) <= limit else ids[: limit - 1] + [EOS_ID] for ids in sources]  # as truncate_source
-    features = translator.features
-    return [t.text for t in best], [features.row(ids, t.tokens, t.log_prob) for ids, t in zip(sources, best)]
+    return [translator.features.row(ids, t.tokens, t.log_prob) for ids, t in zip(sources, best)]
+
+
+@dataclass(frozen=True, eq=False)
+class FittingSet:
+    """What a calibration is fitted on: feature rows, their targets, and which kind of input each row is."""
+
+    x: torch.Tensor  # (N, F) float64 features
+    y: torch.Tensor  # (N,) float64 targets: chrF / 100 for the real lines, 0 for the others
+    kinds: list[str]  # (N,) "real" or one of KINDS
+    chrf: list[float]  # the real lines' sentence chrF, in order (they come first)
+
+
+def fitting_set(
+    translator: Translator,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    lines: int = 1000,
+    negatives: int = NEGATIVES,
+    progress: Callable[[int], Any] | None = None,
+) -> FittingSet:
+    """The first `lines` pairs with a source and a reference, and the inputs not in the source language made from
+    the first `negatives` of them, translated and turned into feature rows and targets."""
+    from transformer.evaluation import sentence_chrf
+
+    pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][:lines]
+    if not pairs:
+        raise UserError("no validation pairs to calibrate the confidence on (the split is empty)")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    made = not_source_inputs(sources[:negatives], references[:negatives])
+    kinds = ["real"] * len(sources) + [kind for kind in KINDS for _ in made[kind]]
+    texts, rows = feature_rows(translator, sources + [line for kind in KINDS for line in made[kind]], progress)
+    chrf = sentence_chrf(texts[: len(sources)], references)
+    y = [c / 100 for c in chrf] + [0.0] * (len(kinds) - len(sources))
+    return FittingSet(torch.tensor(rows, dtype=torch.float64), torch.tensor(y, dtype=torch.float64), kinds, chrf)
+
+
+def fit(data: FittingSet, *, without: Sequence[str] = ()) -> Calibration:
+    """The map fitted on `data` (its rows of the kinds in `without` left out) and its threshold, the
+    `FLAGGED_SHARE` quantile of the real lines' confidences."""
+    keep = torch.tensor([kind not in without for kind in data.kinds])  # (N,)
+    mean, std, weight, bias = fit_logistic(data.x[keep], data.y[keep])
+    calibration = Calibration(mean, std, weight, bias, threshold=0.0)
+    real = calibration(data.x[: len(data.chrf)])  # (n,)
+    threshold = float(torch.quantile(real, FLAGGED_SHARE))
+    used = [kind for kind in KINDS if kind not in without]
+    about = (
+        f"fitted on {len(data.chrf)} validation lines (sentence chrF / 100) and {int(keep.sum()) - len(data.chrf)} "
+        f"inputs not in the source language ({', '.join(used) or 'none'}: 0); Spearman with chrF on them "
+        f"{spearman(real.tolist(), data.chrf):.3f}; the threshold flags {FLAGGED_SHARE:.0%} of them"
+    )
+    return replace(calibration, threshold=threshold, about=about)
 
 
 def calibrate(
@@ -77,30 +133,10 @@ def calibrate(
     progress: Callable[[int], Any] | None = None,
 ) -> Calibration:
     """The calibration of the translator's model on validation pairs (see the module docstring)."""
-    from transformer.evaluation import sentence_chrf
-
-    pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][:lines]
-    if not pairs:
-        raise UserError("no validation pairs to calibrate the confidence on (the split is empty)")
-    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    made = not_source_inputs(sources[:negatives], references[:negatives])
-    synthetic = [line for kind in KINDS for line in made[kind]]
-    texts, rows = feature_rows(translator, sources + synthetic, progress)
-    chrf = sentence_chrf(texts[: len(sources)], references)
-    x = torch.tensor(rows, dtype=torch.float64)  # (N, F)
-    y = torch.tensor([c / 100 for c in chrf] + [0.0] * len(synthetic), dtype=torch.float64)  # (N,)
-    mean, std, weight, bias = fit_logistic(x, y)
-    calibration = Calibration(mean, std, weight, bias, threshold=0.0)
-    real = calibration(x[: len(sources)])  # (n,)
-    threshold = float(torch.quantile(real, FLAGGED_SHARE))
-    correlation = spearman(real.tolist(), chrf)
-    about = (
-        f"fitted on {len(sources)} validation lines (sentence chrF / 100) and {len(synthetic)} inputs not in the "
-        f"source language ({', '.join(KINDS)}: 0); Spearman with chrF on them {correlation:.3f}; the threshold "
-        f"flags {FLAGGED_SHARE:.0%} of them"
-    )
-    log.info("confidence calibrated: threshold %.4f; %s", threshold, about)
-    return replace(calibration, threshold=threshold, about=about)
+    data = fitting_set(translator, sources, references, lines=lines, negatives=negatives, progress=progress)
+    calibration = fit(data)
+    log.info("confidence calibrated: threshold %.4f; %s", calibration.threshold, calibration.about)
+    return calibration
 
 
 def calibrate_state(
