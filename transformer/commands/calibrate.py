@@ -5,8 +5,9 @@ validation split of its config, translated with its decoding settings, and writt
 `--config F` and `--set key=value` change the split and the decoding settings as they do for transformer-evaluate
 (commands/common.py; the model section stays the checkpoint's); the stored config itself is left as it is. The
 checkpoint is replaced atomically, or `--output F` gets a calibrated copy. transformer-average calibrates the
-average on the first checkpoint's config unless `--no-calibrate`; a config whose validation split cannot be read
-leaves the average uncalibrated, with a warning that names the command to run.
+average on the first checkpoint's config (its train.confidence_lines pairs; 0: none) unless `--no-calibrate`; a
+config whose validation split cannot be read leaves the average uncalibrated, with a warning that names the
+command to run.
 """
 
 from __future__ import annotations
@@ -57,12 +58,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def calibrate_average(state: dict, device: str = "auto") -> dict:
-    """transformer-average's: the average calibrated on its (first checkpoint's) config, or as it is with a
-    warning when that config's validation split cannot be read."""
+    """transformer-average's: the average calibrated on its (first checkpoint's) config, on its first
+    train.confidence_lines validation pairs (0: not calibrated, as the run's own checkpoints), or left as it is
+    with a warning when that config's validation split cannot be read."""
     from transformer.config import from_dict
 
+    config = from_dict(state["config"])
+    if not config.train.confidence_lines:
+        log.info("the average is not calibrated: its config's train.confidence_lines is 0 (transformer-calibrate)")
+        return state
     try:
-        return _calibrated(state, from_dict(state["config"]), lines=1000, device=device, quiet=True)
+        return _calibrated(state, config, lines=config.train.confidence_lines, device=device, quiet=True)
     except UserError as exc:
         log.warning(
             "warning: the average has no confidence calibration (%s); transformer-calibrate --checkpoint OUT "
