@@ -118,10 +118,13 @@ def _after_training(config, data, device) -> float:
     """Seconds to keep for the work after training: the final validation and the test split's beam search, as
     estimated on this machine now (budget.estimate_after_training)."""
     from transformer.training.budget import estimate_after_training
+    from transformer.training.calibration import KINDS, NEGATIVES
 
     probe = _seconds_per_sentence(config, data, device)
-    valid = len(data.splits["valid"]) if config.train.valid_bleu and "valid" in data.splits else 0
-    valid = min(config.train.valid_bleu_sentences or valid, valid)  # greedy BLEU in the final validation
+    pairs = len(data.splits["valid"]) if "valid" in data.splits else 0
+    valid = min(config.train.valid_bleu_sentences or pairs, pairs) if config.train.valid_bleu else 0  # greedy BLEU
+    calibrated = min(config.train.confidence_lines, pairs)  # the confidence's calibration (of the final model or
+    valid += calibrated + len(KINDS) * min(calibrated, NEGATIVES)  # the average): its lines and synthetic inputs
     return estimate_after_training(len(data.splits["test"]), probe_seconds_per_sentence=probe, valid_sentences=valid)
 
 
@@ -160,15 +163,21 @@ def _steps_to_average(steps: list[int], last: int, every: float) -> list[int]:
     return chosen[::-1]
 
 
-def _average(out: Path, last: int, every: float) -> tuple[Path, list[int]]:
+def _average(out: Path, last: int, every: float, config) -> tuple[Path, list[int]]:
     """The paper's checkpoint averaging (section 6.1): <out>/averaged.pt, the mean of the final checkpoint and the
-    ones before it that `_steps_to_average` picks. Returns the path and the steps averaged."""
+    ones before it that `_steps_to_average` picks, with its own confidence calibration on the validation split
+    (training/calibration.py; none when train.confidence_lines is 0). Returns the path and the steps averaged."""
     from transformer.checkpoint import average_checkpoints, numbered_checkpoints, save_checkpoint
+    from transformer.devices import pick_device
+    from transformer.training.calibration import calibrate_state
 
     found = {int(p.stem.split("_")[1]): p for p in numbered_checkpoints(out)}
     steps = _steps_to_average(sorted(found), last, every)
-    averaged = out / "averaged.pt"
-    save_checkpoint(average_checkpoints([found[s] for s in steps]), averaged)
+    averaged, state = out / "averaged.pt", average_checkpoints([found[s] for s in steps])
+    if config.train.confidence_lines and config.data.valid is not None:
+        lines = config.train.confidence_lines
+        state = calibrate_state(state, config, lines=lines, device=pick_device())
+    save_checkpoint(state, averaged)
     return averaged, steps
 
 
@@ -243,12 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         config = config.replace(
             "train", save_every=0, save_every_minutes=args.average_every * seconds / 60, keep_last=args.average + 1
         )
+    train_config = config.replace("train", confidence_lines=0) if args.average > 1 else config  # the average's
     expected = rate * seconds * TRAINER_SHARE  # as _preset predicted, for the time left after the probes
 
     _banner(
         f"2. Training {preset} for {seconds / 60:.1f} min ({budget.describe()}; {after / 60:.1f} min kept for scoring)"
     )
-    result = Trainer(config).run()
+    result = Trainer(train_config).run()
     made = result["step"]
     print(
         f"trained {made:,} updates in {result['elapsed'] / 60:.1f} min ({result['reason']}); the probe predicted "
@@ -256,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     checkpoint, extra = Path(args.out) / "checkpoint_last.pt", {"predicted_updates": round(expected)}
     if args.average > 1:
-        checkpoint, steps = _average(Path(args.out), args.average, args.average_every)
+        checkpoint, steps = _average(Path(args.out), args.average, args.average_every, config)
         print(f"averaged the checkpoints of updates {', '.join(f'{s:,}' for s in steps)} into {checkpoint}")
         extra["averaged_updates"] = steps
     return _score_test(args, config, result, budget, checkpoint, extra)

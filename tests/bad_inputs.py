@@ -35,6 +35,7 @@ MAINS = {
     "evaluate": cli.evaluate_main,
     "average": cli.average_main,
     "distill": cli.distill_main,
+    "calibrate": cli.calibrate_main,
 }
 
 

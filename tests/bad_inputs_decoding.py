@@ -144,6 +144,24 @@ TRANSLATE = [
     Case("translate-beam-zero", "translate", ["--checkpoint", "{ckpt}", "--beam", "0", "x"], "beam_size must be >= 1"),
     Case("translate-no-checkpoint", "translate", ["x"], "--checkpoint is required"),
     Case(
+        "translate-min-confidence-auto-uncalibrated",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--min-confidence", "auto", "x"],
+        "--min-confidence auto uses the checkpoint's threshold",
+    ),
+    Case(
+        "translate-min-confidence-out-of-range",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--min-confidence", "1.5", "x"],
+        "must be a number in [0, 1] or auto",
+    ),
+    Case(
+        "translate-confidence-of-a-document",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--input", "{src}", "--format", "text", "--confidence"],
+        "--confidence and --min-confidence work line by line",
+    ),
+    Case(
         "translate-config-not-utf8",
         "translate",
         ["--checkpoint", "{ckpt}", "--config", "{tmp}/bad.yaml", "x"],

@@ -235,5 +235,35 @@ DISTILL = [
         [a.replace("{tmp}/d", "{tmp}/file/d") for a in distill_args()],
         "a part of the path is a file",
         FILE,
+CALIBRATE = [
+    Case("calibrate-missing-checkpoint", "calibrate", ["--checkpoint", "{tmp}/none.pt"], "checkpoint not found"),
+    Case("calibrate-pickle-checkpoint", "calibrate", ["--checkpoint", "{w}/evil.pt"], "not a readable"),
+    Case(
+        "calibrate-no-valid-split",
+        "calibrate",
+        ["--checkpoint", "{ckpt}", "--output", "{tmp}/c.pt"],
+        "the config has no data.valid split",
+    ),
+    Case(
+        "calibrate-missing-valid-file",
+        "calibrate",
+        ["--checkpoint", "{ckpt}", "--set", "data.valid={{src: {tmp}/none.src, tgt: {tmp}/none.ref}}"],
+        "none.src",
+    ),
+    Case(
+        "calibrate-output-is-config",
+        "calibrate",
+        ["--checkpoint", "{ckpt}", "--config", "{tmp}/c.yaml", "--output", "{tmp}/c.yaml"],
+        "is the same file as --config",
+        write("c.yaml", "decode: {beam_size: 2}\n"),
+    ),
+    Case("calibrate-change-model", "calibrate", ["--checkpoint", "{ckpt}", "--set", "model.d_ff=8"], "cannot change"),
+    Case("calibrate-zero-lines", "calibrate", ["--checkpoint", "{ckpt}", "--lines", "0"], "must be >= 1"),
+    Case(
+        "calibrate-a-trained-run",
+        "calibrate",
+        ["--checkpoint", "{run}/checkpoint_last.pt", "--output", "{tmp}/c.pt", "--lines", "10", "--device", "cpu"],
+        None,
+        check=lambda tmp, out, err: "threshold" in load_checkpoint(tmp / "c.pt")["confidence"] and "calibrated" in out,
     ),
 ]

@@ -160,6 +160,7 @@ class ScriptedEngine:
     languages = ("es", "en")
     defaults = DecodeConfig()
     attends = False
+    threshold = None  # no confidence calibration
 
     def __init__(self) -> None:
         self.gate = threading.Event()

@@ -81,8 +81,19 @@ def test_version(command, capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out.split()[-1] == __version__
 
 
-COMMAND_NAMES = ["prepare", "train", "translate", "evaluate", "score", "average", "export", "import"]
-COMMAND_NAMES += ["distill", "serve"]
+COMMAND_NAMES = [
+    "prepare",
+    "train",
+    "translate",
+    "evaluate",
+    "score",
+    "average",
+    "calibrate",
+    "export",
+    "import",
+    "distill",
+    "serve",
+]
 
 
 def _listed_commands(text: str) -> list[str]:

@@ -30,6 +30,8 @@ def _run_demo(out: Path, cache: Path) -> subprocess.CompletedProcess:
         f"data.cache_dir={cache}",
         "--set",
         "train.max_steps=0",
+        "--set",
+        "train.confidence_lines=4",  # tiny.yaml's 0: calibrate the average, cheaply
         "--examples",
         "2",
     ]
@@ -99,6 +101,8 @@ def test_demo_pipeline_on_a_tiny_budget(tmp_path, capsys):
     hypotheses = (out / "averaged.test.hyp").read_text(encoding="utf-8")
     assert len(hypotheses.splitlines()) == 40 and scores["hypotheses"] == str(out / "averaged.test.hyp")
     assert {"averaged.pt", "checkpoint_last.pt", "metrics.jsonl", "config.yaml"} <= {p.name for p in out.iterdir()}
+    assert "fitted on 4 validation lines" in torch.load(out / "averaged.pt", weights_only=True)["confidence"]["about"]
+    assert "confidence" not in torch.load(out / "checkpoint_last.pt", weights_only=True)  # the average's alone
     _check_the_shipped_model(out, scores, result.stdout)
     # the last lines: BLEU and chrF, as the scores file has them
     assert f"\nBLEU {scores['bleu']:.1f}  {scores['bleu_signature']}\n" in stage_4

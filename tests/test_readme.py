@@ -64,9 +64,11 @@ PLACEHOLDERS = {"CKPT": "runs/demo/checkpoint_last.pt"}  # the README says what 
 SHELL_OPERATORS = {"&&", "||", ";", ">>", "<", "2>", "&"}  # tokens the small shell below does not run
 
 # The tiny stand-in for configs/demo.yaml: the tiny config (a slice of the bundled corpus), 5 updates, a numbered
-# checkpoint after each so that `transformer-average --last 5` finds five, and the demo's beam of 4 (for --nbest 4).
+# checkpoint after each so that `transformer-average --last 5` finds five, the demo's beam of 4 (for --nbest 4), and
+# a confidence calibration on 4 validation pairs (for --min-confidence auto).
 DEMO_STAND_IN = f"""base: {ROOT / "configs" / "tiny.yaml"}
-train: {{out_dir: runs/demo, max_steps: 5, save_every: 1, keep_last: 5, valid_every: 0, valid_bleu: false}}
+train: {{out_dir: runs/demo, max_steps: 5, save_every: 1, keep_last: 5, valid_every: 0, valid_bleu: false,
+        confidence_lines: 4}}
 decode: {{beam_size: 4}}
 """
 SOURCES = ["Y dijo Dios: Sea la luz.", "En el principio era el Verbo.", "", "Jesús lloró."]

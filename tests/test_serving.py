@@ -145,6 +145,8 @@ def test_native_nbest_scores_and_alignments_as_the_python_api_gives_them(server,
         assert [h["score"] for h in got] == pytest.approx([h.score for h in hyps], abs=1e-5)
         assert [h["log_prob"] for h in got] == pytest.approx([h.log_prob for h in hyps], abs=1e-5)
         assert [h["alignment"] for h in got] == [[list(link) for link in h.alignment] for h in hyps]
+        assert [h["confidence"] for h in got] == pytest.approx([h.confidence for h in hyps], abs=1e-4)
+    assert answer["confidence_threshold"] is None  # the checkpoint has no calibration (decoding/confidence.py)
 
 
 def test_native_search_settings_change_the_search(server, oracle):

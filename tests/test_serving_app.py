@@ -130,6 +130,7 @@ class SteerableTranslator:
         self.model = SimpleNamespace(max_positions=1024)
         self.config = SimpleNamespace(decode=DecodeConfig(), data=SimpleNamespace(src_lang="es", tgt_lang="en"))
         self.reads_attention = False  # an ensemble's answer
+        self.confidence_threshold = None  # no confidence calibration
         self.calls: list[dict] = []
 
     def translate(

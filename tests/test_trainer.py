@@ -15,6 +15,7 @@ import torch
 from transformer.checkpoint import load_checkpoint
 from transformer.commands.cli import train_main
 from transformer.config import load_config
+from transformer.decoding.confidence import Calibration
 from transformer.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,8 @@ def _run(args: list[str], **kwargs) -> subprocess.Popen:
 
 
 def test_tiny_run_writes_everything(tmp_path):
-    assert train_main(_args(tmp_path, "run", "train.max_steps=30", "train.valid_every=15")) == 0
+    settings = ("train.max_steps=30", "train.valid_every=15", "train.confidence_lines=12")  # tiny.yaml's is 0
+    assert train_main(_args(tmp_path, "run", *settings)) == 0
     run = tmp_path / "run"
     names = {p.name for p in run.iterdir()}
     assert {"config.yaml", "metrics.jsonl", "checkpoint_last.pt", "best.pt", "checkpoint_30.pt"} <= names
@@ -62,6 +64,9 @@ def test_tiny_run_writes_everything(tmp_path):
     assert state["step"] == 30 and {"optimizer", "sampler", "rng", "tokenizer", "config"} <= state.keys()
     valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if "valid_loss" in line]
     assert [v["step"] for v in valid] == [15, 30] and all("valid_bleu" in v for v in valid)
+    calibration = Calibration.from_state(torch.load(run / "checkpoint_last.pt", weights_only=True)["confidence"])
+    assert calibration is not None and "fitted on 12 validation lines" in calibration.about
+    assert "confidence" not in load_checkpoint(run / "best.pt")  # a model of its own validation, not the final one
 
 
 def test_validation_lines_never_share_the_progress_bar_line(tmp_path):
@@ -81,9 +86,9 @@ def test_resume_is_exact(tmp_path):
     full, split = _losses(tmp_path / "full"), _losses(tmp_path / "split")
     assert sorted(split) == list(range(1, 26))
     assert split == full
-    a = load_checkpoint(tmp_path / "full/checkpoint_last.pt")["model"]
-    b = load_checkpoint(tmp_path / "split/checkpoint_last.pt")["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    full, split = (load_checkpoint(tmp_path / f"{name}/checkpoint_last.pt") for name in ("full", "split"))
+    assert all(torch.equal(full["model"][k], split["model"][k]) for k in full["model"])
+    assert "confidence" not in full  # tiny.yaml's train.confidence_lines is 0: no calibration
 
 
 @pytest.mark.slow

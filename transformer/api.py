@@ -12,6 +12,8 @@
     Translator.from_checkpoint(["a.pt", "b.pt"])  # an ensemble: the models' probabilities averaged at every step
     t.with_decode(beam_size=8, alpha=1.0)   # the same model (shared, not copied) with other decoding settings
     t.translate_document("<p>Hola <b>amigo</b>.</p>", "html")  # a whole document, markup kept (documents/)
+    t.translate(["Hola."], nbest=1)[0][0].confidence  # -> 0.71: in [0, 1] (decoding/confidence.py)
+    t.confidence_threshold            # the checkpoint's default threshold (None: not calibrated)
 
 A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -23,6 +25,8 @@ Several checkpoints (ensemble.py) must share one tokenizer; the first one's sett
 Every line gets a translation: where its prefix, constraints and repetition blocking conflict, they are set aside in
 order (decoding/relaxation.py), with a warning, and each `Translation` names them (`relaxed`) and the phrases it
 lacks (`unmet`); a glossary's terms are constraints like the caller's.
+Every `Translation` has a `confidence` in [0, 1], from the checkpoint's calibration (transformer-calibrate; without
+one, and for an ensemble, the uncalibrated exp(mean log-probability); decoding/confidence.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 
 from transformer.decoding.alignment import resolve_layer
 from transformer.decoding.attention_maps import MAX_PIECES, Panel, attention_figures
+from transformer.decoding.confidence import Calibration, read_calibration
 from transformer.decoding.cpu_linear import quantize_int8
 from transformer.decoding.glossary import Glossary, as_glossary
 from transformer.decoding.interface import AttentionModel
@@ -56,10 +61,12 @@ class Translator:
         device: str | torch.device = "cpu",
         precision: str | None = None,
         glossary: Glossary | None = None,
+        calibration: Calibration | None = None,
     ):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.device, self.precision = device, precision
         self.glossary = glossary  # the glossary of every `translate` call that names none
+        self.calibration = calibration  # the confidence's map (decoding/confidence.py), None: uncalibrated
         self._engines: dict[int, _Engine] = {}
         self._shared: dict[str, _Engine] = {}  # the first engine built, shared with `with_decode`'s translators
 
@@ -67,11 +74,14 @@ class Translator:
         """This translator with `decode` keywords replacing decoding settings (beam_size, alpha, max_len_b, ...),
         validated as in `from_checkpoint`; the model, and its packed CPU copy, are shared, not copied."""
         config = _with_decode(self.config, decode)
-        other = Translator(
-            self.model, self.tokenizer, config, device=self.device, precision=self.precision, glossary=self.glossary
-        )
-        other._shared = self._shared
+        other = Translator(self.model, self.tokenizer, config, device=self.device, precision=self.precision)
+        other.glossary, other.calibration, other._shared = self.glossary, self.calibration, self._shared
         return other
+
+    @property
+    def confidence_threshold(self) -> float | None:
+        """The checkpoint's default confidence threshold, chosen on its validation set (None: not calibrated)."""
+        return None if self.calibration is None else self.calibration.threshold
 
     @classmethod
     def from_checkpoint(
@@ -92,13 +102,17 @@ class Translator:
 
         glossary = as_glossary(glossary)  # a bad file is refused before the checkpoint is read
         device = pick_device(str(device))
-        model, tokenizer, config = load_models([path] if isinstance(path, (str, Path)) else path, "cpu")
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        model, tokenizer, config = load_models(paths, "cpu")
         config = _with_decode(config, decode)
         if int8:
             if device.type != "cpu":
                 raise UserError("int8=True is PyTorch's CPU dynamic quantization; use device='cpu'")
             model = quantize_int8(model)
-        return cls(model, tokenizer, config, device=device, precision=precision, glossary=glossary)
+        calibration = read_calibration(paths)
+        return cls(
+            model, tokenizer, config, device=device, precision=precision, glossary=glossary, calibration=calibration
+        )
 
     def _engine(self, nbest: int) -> _Engine:
         if nbest not in self._engines:
@@ -110,7 +124,12 @@ class Translator:
             decode = dataclasses.replace(self.config.decode, nbest=nbest)
             if "engine" not in self._shared:
                 self._shared["engine"] = _Engine(
-                    self.model, self.tokenizer, decode, device=self.device, precision=self.precision
+                    self.model,
+                    self.tokenizer,
+                    decode,
+                    device=self.device,
+                    precision=self.precision,
+                    calibration=self.calibration,
                 )
             self._engines[nbest] = with_settings(self._shared["engine"], decode)
         return self._engines[nbest]

@@ -5,7 +5,8 @@ What the scores mean:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, mixed case, exponential smoothing), the comparable
   number; reported with its signature, e.g. `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`.
   It equals the `sacrebleu` command line's score on the same files.
-- `chrf`: sacreBLEU's chrF2 (character n-grams), with its signature.
+- `chrf`: sacreBLEU's chrF2 (character n-grams), with its signature; `sentence_chrf`: each line's own chrF2
+  (sacreBLEU's `sentence_score`), what the confidence is calibrated against (training/calibration.py).
 - `tok_bleu` (on request): the paper's way, "tokenized BLEU with compound splitting" as tensor2tensor's
   get_ende_bleu.sh did it: tokenize both sides, rewrite every `(\\S)-(\\S)` to `\\1 ##AT##-##AT## \\2`, then
   multi-bleu.perl-style BLEU (no further tokenization, no smoothing). The Moses tokenizer comes from `sacremoses`
@@ -88,6 +89,13 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str | Non
     metric, prepare, name = tok_bleu_metric(lang)
     score = metric.corpus_score([prepare(line) for line in hypotheses], [[prepare(line) for line in references]])
     return score.score, _tok_bleu_detail(score, name, metric)
+
+
+def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> list[float]:
+    """Each hypothesis's sentence-level chrF2 (0-100) against its one reference (sacreBLEU's `sentence_chrf`)."""
+    _check_parallel(list(hypotheses), list(references))
+    chrf = CHRF()
+    return [chrf.sentence_score(h, [r]).score for h, r in zip(hypotheses, references)]
 
 
 def corpus_scores(

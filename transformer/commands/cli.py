@@ -109,6 +109,12 @@ def _average_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", help="run directory: average its last --last numbered checkpoints")
     parser.add_argument("--last", type=count(1), default=5, help="with --dir: how many (paper: 5 base, 20 big)")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
+    parser.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip the average's confidence calibration on its config's validation split (transformer-calibrate)",
+    )
+    parser.add_argument("--device", default="auto", help="where the calibration translates: auto, cpu, cuda, cuda:N")
 
 
 @user_errors_exit_2
@@ -135,9 +141,22 @@ def average_main(argv: list[str] | None = None) -> int:
                 len(found),
             )
     check_not_an_input(args.output, [("--inputs", p) for p in inputs])
-    save_checkpoint(average_checkpoints(inputs), args.output)
+    averaged = average_checkpoints(inputs)
+    if not args.no_calibrate:  # the average's own confidence calibration (commands/calibrate.py)
+        from transformer.commands.calibrate import calibrate_average
+
+        averaged = calibrate_average(averaged, args.device)
+    save_checkpoint(averaged, args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}")
     return 0
+
+
+@user_errors_exit_2
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """transformer-calibrate --checkpoint CKPT [--config C] [--set k=v ...] [--output OUT]"""
+    from transformer.commands.calibrate import calibrate_args, run_calibrate
+
+    return run_calibrate(build_parser("calibrate", calibrate_args).parse_args(argv))
 
 
 @user_errors_exit_2
@@ -303,6 +322,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "evaluate": evaluate_main,
     "score": score_main,
     "average": average_main,
+    "calibrate": calibrate_main,
     "export": export_main,
     "import": import_main,
     "distill": distill_main,

@@ -56,6 +56,7 @@ def load_translator(args: argparse.Namespace):
     """(translator, config, device) from --checkpoint (one, or several: an ensemble) and the settings."""
     import torch
 
+    from transformer.decoding.confidence import read_calibration
     from transformer.decoding.ensemble import load_models
     from transformer.decoding.translator import Translator
     from transformer.devices import pick_device
@@ -68,7 +69,8 @@ def load_translator(args: argparse.Namespace):
     config = resolve_config(stored, args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    return Translator(model, tokenizer, config.decode, device=device), config, device
+    calibration = read_calibration(args.checkpoint)  # the confidence's map (decoding/confidence.py)
+    return Translator(model, tokenizer, config.decode, device=device, calibration=calibration), config, device
 
 
 @contextlib.contextmanager

@@ -82,6 +82,18 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         help="also draw each line's attention maps, every layer "
         "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)",
     )
+    steering_args(parser)
+    confidence_args(parser)
+    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
+    document_args(parser)
+    parser.add_argument("--output", help="output file ('-' or none: standard output)")
+    parser.add_argument(
+        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
+    )
+
+
+def steering_args(parser: argparse.ArgumentParser) -> None:
+    """Prefixes, constraints, glossaries and <unk> replacement (decoding/steering.py, glossary.py)."""
     steer = parser.add_argument_group("steering the output (docs/decoding.md)")
     steer.add_argument(
         "--prefix-file",
@@ -112,11 +124,41 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         help="replace each <unk> of a translation with the "
         "source text it is aligned to (last decoder layer; an ensemble: its first model)",
     )
-    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
-    document_args(parser)
-    parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument(
-        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
+
+
+def _threshold(text: str) -> float | str:
+    """--min-confidence's value: a number in [0, 1], or "auto" (the checkpoint's threshold)."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1] or auto, got {text!r}")
+    return value
+
+
+def confidence_args(parser: argparse.ArgumentParser) -> None:
+    """--confidence, --min-confidence and what happens to a line below it (commands/translate.py)."""
+    group = parser.add_argument_group("confidence (docs/decoding.md)")
+    group.add_argument(
+        "--confidence",
+        action="store_true",
+        help="append each translation's confidence in [0, 1] after a tab (with --nbest: ' ||| ' after the score)",
+    )
+    group.add_argument(
+        "--min-confidence",
+        type=_threshold,
+        metavar="X",
+        help="translations whose confidence is below X (auto: the checkpoint's threshold, chosen on its validation "
+        "set) are marked or left empty (--low-confidence); the number of lines never changes",
+    )
+    group.add_argument(
+        "--low-confidence",
+        choices=("mark", "empty"),
+        default="mark",
+        help="with --min-confidence: mark such a line with a '[?] ' prefix, or print an empty line instead",
     )
 
 

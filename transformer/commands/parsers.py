@@ -64,6 +64,15 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "  transformer-average --dir runs/demo --last 5 --output runs/demo/averaged.pt\n"
         "  transformer-average --inputs a.pt b.pt --output avg.pt",
     ),
+    "calibrate": (
+        "fit a checkpoint's confidence calibration on its validation split",
+        "Translate the validation split of the checkpoint's config (or --config's), score each line with sentence "
+        "chrF, add inputs that are not the source language, and store the confidence's calibration and default "
+        "threshold in the checkpoint (docs/decoding.md, Confidence). Training and transformer-average do this "
+        "themselves.",
+        "  transformer-calibrate --checkpoint runs/demo/averaged.pt\n"
+        "  transformer-calibrate --checkpoint CKPT --config demo --output calibrated.pt",
+    ),
     "translate": (
         "translate sentences with a checkpoint",
         "Translate TEXT arguments, --input FILE or stdin (streamed): one output line per input line. At a terminal "
@@ -71,7 +80,8 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         '  transformer-translate --checkpoint runs/demo/checkpoint_last.pt "Y dijo Dios: Sea la luz."\n'
         "  cat input.es | transformer-translate --checkpoint CKPT > output.en\n"
         "  transformer-translate --checkpoint CKPT --input in.es --output - --beam 8 --nbest 2\n"
-        '  transformer-translate --checkpoint CKPT --alignment "Y dijo Dios: Sea la luz."',
+        '  transformer-translate --checkpoint CKPT --alignment "Y dijo Dios: Sea la luz."\n'
+        "  transformer-translate --checkpoint CKPT --input in.es --confidence --min-confidence auto",
     ),
     "evaluate": (
         "translate a test set and score it with sacreBLEU",

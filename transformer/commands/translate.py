@@ -10,6 +10,12 @@ turns tabs into spaces), or after ` ||| ` on --nbest lines; an empty input line 
 line) are read beside the input, lazily; `--glossary F` (decoding/glossary.py) is read whole before the
 checkpoint, and the target terms of the terms each line holds join that line's constraints; `--replace-unk` copies
 source text over each `<unk>` (docs/decoding.md).
+`--confidence` appends each translation's confidence in [0, 1] (decoding/confidence.py) after a tab, before the
+alignment (`text<TAB>confidence<TAB>alignment`), or after the score on --nbest lines (`index ||| text ||| score |||
+confidence`). `--min-confidence X` marks each translation whose confidence is below X (`auto`: the checkpoint's
+threshold) with `LOW_MARK` before its text, or with `--low-confidence empty` prints it as an empty line: the
+output has as many lines as without it. Without a calibration in the checkpoint (or with several checkpoints) the
+confidence is the uncalibrated fallback, with a warning, and `--min-confidence auto` is refused.
 `--attention-maps DIR` also draws the attention maps of the best translation of each of the first `MAX_MAP_LINES`
 lines (decoding/attention_maps.py) into DIR/line{index}_{encoder,decoder,cross}_layer{N}.png.
 """
@@ -22,11 +28,13 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.commands.common import load_translator, progress_bar, stdin_lines
 from transformer.decoding.alignment import pharaoh
 from transformer.decoding.attention_maps import require_matplotlib, write_maps
+from transformer.decoding.confidence import UNCALIBRATED
 from transformer.decoding.glossary import Glossary
 from transformer.errors import UserError
 from transformer.fileio import atomic_output, check_not_an_input, utf8_lines
@@ -91,6 +99,61 @@ def _links(translation, separator: str) -> str:
     return "" if translation.alignment is None else separator + pharaoh(translation.alignment)
 
 
+LOW_MARK = "[?] "  # --min-confidence's mark before a translation below the threshold (--low-confidence mark)
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """How each translation is printed: its confidence column, and the threshold below which it is marked or
+    left out (None: none)."""
+
+    confidence: bool = False
+    threshold: float | None = None
+    empty: bool = False  # below the threshold: an empty text instead of a marked one
+
+    def text(self, translation) -> str:
+        if self.threshold is None or translation.confidence >= self.threshold:
+            return translation.text
+        return "" if self.empty else LOW_MARK + translation.text
+
+    def column(self, translation, separator: str) -> str:
+        return f"{separator}{translation.confidence:.4f}" if self.confidence else ""
+
+
+def _shown(args: argparse.Namespace, translator) -> _Shown:
+    """--confidence, --min-confidence and --low-confidence against the translator's calibration: --min-confidence
+    auto needs one; without one the confidences are uncalibrated, said once on stderr."""
+    asked = args.confidence or args.min_confidence is not None
+    calibration = translator.calibration
+    if asked and calibration is None:
+        which = "several checkpoints (an ensemble) have" if len(args.checkpoint) > 1 else f"{args.checkpoint[0]} has"
+        if args.min_confidence == "auto":
+            raise UserError(
+                f"--min-confidence auto uses the checkpoint's threshold, but {which} no confidence calibration: give "
+                "a number (--min-confidence 0.2) or run transformer-calibrate --checkpoint CKPT"
+            )
+        logging.getLogger(__name__).warning(
+            "warning: %s no confidence calibration: the confidences are %s (transformer-calibrate --checkpoint CKPT "
+            "calibrates one)",
+            which,
+            UNCALIBRATED,
+        )
+    threshold = calibration.threshold if args.min_confidence == "auto" else args.min_confidence
+    return _Shown(args.confidence, threshold, args.low_confidence == "empty")
+
+
+def _write(out, index: int, results: list, nbest: bool, shown: _Shown) -> None:
+    """One input line's output: its translation (text, confidence, alignment), or with --nbest its lines."""
+    if nbest:
+        out.writelines(
+            f"{index} ||| {shown.text(r)} ||| {r.score:.4f}{shown.column(r, ' ||| ')}{_links(r, ' ||| ')}\n"
+            for r in results
+        )
+    else:
+        best = results[0]
+        out.write(shown.text(best) + shown.column(best, "\t") + _links(best, "\t") + "\n")
+
+
 def _constraint_lists(path: str) -> Iterator[list]:
     """--constraints-file: one JSON list of phrases per line, read lazily; a bad line is a `UserError` naming it."""
     for number, line in enumerate(_stream_lines(path), start=1):
@@ -149,6 +212,8 @@ def run_translate(args: argparse.Namespace) -> int:
     split_checkpoints(args)
     _check_files(args)
     glossary = Glossary.load(args.glossary) if args.glossary else None  # a bad file: one line, before the checkpoint
+    if args.format and (args.confidence or args.min_confidence is not None):
+        raise UserError("--confidence and --min-confidence work line by line; --format translates a whole document")
     if args.format:  # a whole document, markup kept (commands/documents.py)
         from transformer.commands.documents import translate_file
 
@@ -160,6 +225,7 @@ def run_translate(args: argparse.Namespace) -> int:
     if args.attention_maps:
         require_matplotlib()
     translator, config, _ = load_translator(args)
+    shown = _shown(args, translator)
     lines, total, interactive = _input_lines(args)
     read: list[str] = []  # the lines whose attention maps are drawn
     lines = _recorded(lines, read) if args.attention_maps else lines
@@ -178,10 +244,7 @@ def run_translate(args: argparse.Namespace) -> int:
                 **_steering(args, glossary),
             )
             for index, results in enumerate(translations):
-                if config.decode.nbest > 1:  # resolve_config merged --nbest and --beam into it
-                    out.writelines(f"{index} ||| {r.text} ||| {r.score:.4f}{_links(r, ' ||| ')}\n" for r in results)
-                else:
-                    out.write(results[0].text + _links(results[0], "\t") + "\n")
+                _write(out, index, results, config.decode.nbest > 1, shown)  # resolve_config merged --nbest, --beam
                 if args.attention_maps:
                     _draw_maps(translator, args.attention_maps, index, read, results[0])
                 out.flush()

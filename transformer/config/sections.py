@@ -200,6 +200,7 @@ class TrainConfig:
     init_optimizer: bool = False  # with init_from: also take its optimizer state and update count (schedule)
     prepare_timeout: str = "6h"  # DDP: how long the other processes wait for rank 0 to prepare the data (duration)
     tensorboard: bool = False  # also log metrics to <out_dir>/tensorboard (needs the tensorboard package)
+    confidence_lines: int = 1000  # validation pairs the final checkpoint's confidence is calibrated on (0 = none)
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "update_tokens", "log_every", "keep_last", "nan_patience"):
@@ -214,6 +215,7 @@ class TrainConfig:
             "threads",
             "accumulation",
             "prefetch",
+            "confidence_lines",
         ):
             require(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         require(self.lr > 0 and self.lr_scale > 0, "train.lr and train.lr_scale must be positive")

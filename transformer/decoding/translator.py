@@ -21,6 +21,8 @@ Decisions:
   (`unmet`), by the automaton the search follows (phrases.py).
 - Word alignments (`translate(..., alignment=True)`): one teacher-forced pass per batch after the search
   (alignment.py), so the search runs as without them.
+- Every `Translation` has a `confidence` in [0, 1] (confidence.py): features of the search's result and the
+  source, no extra pass, mapped by the checkpoint's calibration (`calibration`; None: the uncalibrated fallback).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
 from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
+from transformer.decoding.confidence import Calibration, LineFeatures, confidences
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
 from transformer.decoding.glossary import Glossary
@@ -65,6 +68,7 @@ class Translation:
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) links when asked for (alignment.py)
     relaxed: tuple[str, ...] = ()  # the line's controls set aside, of "no_repeat_ngram_size", "constraints", "prefix"
     unmet: tuple[str, ...] = ()  # the line's constraint phrases (as given) that this output does not meet
+    confidence: float = 1.0  # in [0, 1], higher is better (confidence.py); 1 for an empty line
 
 
 class Translator:
@@ -80,6 +84,7 @@ class Translator:
         precision: str | None = None,
         *,
         seed: int = 1,
+        calibration: Calibration | None = None,
     ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda":
@@ -92,6 +97,15 @@ class Translator:
         if self.device.type == "cpu" and self.precision == "fp32":
             self.model = pack_linears(self.model)  # the same arithmetic, faster on the CPU (cpu_linear.py)
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
+        self.calibration = calibration  # the checkpoint's confidence calibration (confidence.py), or None
+        self._features: LineFeatures | None = None
+
+    @property
+    def features(self) -> LineFeatures:
+        """The confidence's features for this tokenizer (its short pieces read once, at first use)."""
+        if self._features is None:
+            self._features = LineFeatures(self.tokenizer)
+        return self._features
 
     def translate(
         self,
@@ -205,13 +219,23 @@ class Translator:
                     )
             except OutOfMemoryError as exc:
                 raise _out_of_memory(settings, exc, sentences=B, length=S) from None
-        texts = iter(texts)
+        rows = [self.features.row(sources[b], h.tokens, h.log_prob) for b, hyps in enumerate(hypotheses) for h in hyps]
+        texts, confidence = iter(texts), iter(confidences(rows, self.calibration))
         results = []
         for hyps, names, line in zip(hypotheses, relaxed, lines):
             unmet = unmet_texts(line.steering, [h.tokens for h in hyps])
             results.append(
                 [
-                    Translation(next(texts), h.score, h.log_prob, h.tokens, next(links, None), relaxed=names, unmet=u)
+                    Translation(
+                        next(texts),
+                        h.score,
+                        h.log_prob,
+                        h.tokens,
+                        next(links, None),
+                        relaxed=names,
+                        unmet=u,
+                        confidence=next(confidence),
+                    )
                     for h, u in zip(hyps, unmet)
                 ]
             )

@@ -139,7 +139,8 @@ async def translate_native(request: Request) -> JSONResponse:
     )
     settings, controls = await off_loop(with_glossary, fields, lines, settings, controls, request.app.state.glossaries)
     results = await service.decode(request, lines, settings, controls)
-    return await off_loop(lambda: JSONResponse(hypotheses(results, settings.alignment)))
+    answer = lambda: JSONResponse(hypotheses(results, settings.alignment, service.engine.threshold))
+    return await off_loop(answer)
 
 
 @router.post("/api/attention")

@@ -44,6 +44,7 @@ class Engine:
         self.defaults = translator.config.decode
         self.languages = (translator.config.data.src_lang, translator.config.data.tgt_lang)
         self.attends = translator.reads_attention  # one model: alignments and attention; an ensemble: not
+        self.threshold = translator.confidence_threshold  # the default confidence threshold (None: uncalibrated)
         self.lock = threading.Lock()
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
 

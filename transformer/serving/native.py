@@ -7,9 +7,11 @@ controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constr
 line, [] for none), `replace_unk` (true/false), `glossary` (a name of the server's glossaries) and `glossary_terms`
 (a list of [source, target] pairs: glossaries.py), and `api_key`.
 Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
-`{"text", "score", "log_prob", "tokens", "relaxed", "unmet"}` (tokens: the number of output pieces; relaxed: the
-controls set aside for the line, unmet: the constraint phrases the hypothesis misses) and, with `alignment`,
-`"alignment": [[source word, target word], ...]`.
+`{"text", "score", "log_prob", "tokens", "relaxed", "unmet", "confidence"}` (tokens: the number of output pieces;
+relaxed: the controls set aside for the line, unmet: the constraint phrases the hypothesis misses; confidence: in
+[0, 1], decoding/confidence.py, 4 decimals) and, with `alignment`, `"alignment": [[source word, target word], ...]`.
+The answer's `confidence_threshold`: the checkpoint's default threshold, chosen on its validation set (null: the
+checkpoint has no calibration and the confidences are uncalibrated).
 """
 
 from __future__ import annotations
@@ -142,15 +144,17 @@ def plan_native(
     return lines, settings, controls
 
 
-def hypotheses(results: list[list], alignment: bool) -> dict:
-    """The answer: per line, its hypotheses as JSON objects."""
+def hypotheses(results: list[list], alignment: bool, threshold: float | None = None) -> dict:
+    """The answer: per line, its hypotheses as JSON objects; the confidence threshold beside them."""
 
     def hypothesis(t) -> dict:
         score, log_prob = (round(x, 6) if math.isfinite(x) else None for x in (t.score, t.log_prob))  # JSON: no -inf
         out = {"text": t.text, "score": score, "log_prob": log_prob, "tokens": len(t.tokens)}
         out |= {"relaxed": list(t.relaxed), "unmet": list(t.unmet)}  # controls set aside, phrases missed (decoding.md)
+        out["confidence"] = round(t.confidence, 4)
         if alignment:
             out["alignment"] = [list(link) for link in t.alignment or []]
         return out
 
-    return {"translations": [[hypothesis(t) for t in hyps] for hyps in results]}
+    translations = [[hypothesis(t) for t in hyps] for hyps in results]
+    return {"translations": translations, "confidence_threshold": None if threshold is None else round(threshold, 4)}

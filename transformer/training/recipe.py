@@ -126,19 +126,23 @@ def checkpoints_to_average(out_dir: Path, *, save_every: int, last: int) -> list
 
 
 def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dict[str, Any], int]:
-    """Average `paths` into averaged.pt, translate the test split with it at `decode.precision` (precision.py's
-    rule, as transformer-evaluate decodes; the training precision plays no part); (scores, test sentences)."""
+    """Average `paths` into averaged.pt (its confidence calibrated on the validation split: calibration.py),
+    translate the test split with it at `decode.precision` (precision.py's rule, as transformer-evaluate decodes;
+    the training precision plays no part); (scores, test sentences)."""
     from transformer.checkpoint import average_checkpoints, build_model, save_checkpoint
     from transformer.data.corpus import load_pairs
     from transformer.decoding.translator import Translator
     from transformer.devices import pick_device
     from transformer.evaluation import corpus_scores
+    from transformer.training.calibration import calibrate_state
 
     if config.data.test is None:
         raise UserError("the recipe's config has no data.test split to score")
     averaged = average_checkpoints([str(p) for p in paths])
-    save_checkpoint(averaged, out_dir / "averaged.pt")
     device = pick_device()
+    if config.train.confidence_lines and config.data.valid is not None:  # the average's own (calibration.py)
+        averaged = calibrate_state(averaged, config, lines=config.train.confidence_lines, device=device)
+    save_checkpoint(averaged, out_dir / "averaged.pt")
     model, tokenizer, _ = build_model(averaged, device)
     sources, references = load_pairs(config.data.test, config.data)
     translator = Translator(model, tokenizer, config.decode, device=device)  # resolves config.decode.precision

@@ -112,6 +112,7 @@ class Trainer:
         )
         self.start_time, self.elapsed_before = time.time(), done["elapsed"]
         self.sampler_trained: dict | None = None  # the sampler's state after the last batch trained
+        self.calibration = None  # the final model's confidence calibration (`calibrate`), once fitted
 
     @property
     def step(self) -> int:
@@ -136,9 +137,26 @@ class Trainer:
                 "skipped": self.count.skipped,
             },
         )
+        if self.calibration is not None:
+            state["confidence"] = self.calibration.to_state()  # the final checkpoint's (`calibrate`)
         if self.is_main:
             path = save_rotating(state, self.out_dir, step=self.step, keep_last=self.train_cfg.keep_last)
             log.info("saved %s (%s)", path, reason)
+
+    def calibrate(self) -> None:
+        """On rank 0: the final model's confidence calibration (training/calibration.py) on the first
+        train.confidence_lines validation pairs, stored in the final checkpoint; none without validation text."""
+        split, lines = self.data.splits.get("valid"), self.train_cfg.confidence_lines
+        if not (self.is_main and lines and split is not None and split.src_text is not None):
+            return
+        from transformer.decoding.translator import Translator
+        from transformer.training.calibration import calibrate
+
+        run = self.setup
+        log.info("calibrating the confidence on up to %d validation pairs", lines)
+        translator = Translator(run.model, self.data.tokenizer, self.config.decode, device=run.device)
+        self.calibration = calibrate(translator, split.src_text, split.tgt_text, lines=lines)
+        run.model.train()
 
     def run(self, *, final_validation: bool = True) -> dict[str, Any]:
         """Train until a stop condition, holding the run directory's lock (train.lock), with which it first removes
@@ -181,6 +199,8 @@ class Trainer:
         log.info("stopping at update %d: %s", self.step, reason)
         if final_validation and reason != "patience" and (not cfg.valid_every or self.step % cfg.valid_every):
             self.validate(self.step)
+        if final_validation and reason not in ("SIGINT", "SIGTERM"):
+            self.calibrate()
         self.save(reason)
         final = {
             "step": self.step,
