@@ -235,6 +235,9 @@ DISTILL = [
         [a.replace("{tmp}/d", "{tmp}/file/d") for a in distill_args()],
         "a part of the path is a file",
         FILE,
+    ),
+]
+
 CALIBRATE = [
     Case("calibrate-missing-checkpoint", "calibrate", ["--checkpoint", "{tmp}/none.pt"], "checkpoint not found"),
     Case("calibrate-pickle-checkpoint", "calibrate", ["--checkpoint", "{w}/evil.pt"], "not a readable"),
