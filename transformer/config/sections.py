@@ -139,6 +139,7 @@ class DataConfig:
     subword_sampling: SubwordSampling | None = None  # a sampled segmentation of the training split per epoch
     drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
     drop_duplicates: bool = False  # drop training pairs equal to an earlier one (a 64-bit hash: 8 bytes a pair)
+    case_augmentation: float = 0.0  # share of training pairs also added in ALL CAPS or Title Case, both sides (0-1)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
     tokenizer: str | None = None  # an existing joint SentencePiece model file, used as it is (none trained)
     src_tokenizer: str | None = None  # existing source and target SentencePiece models (both or neither),
@@ -151,6 +152,8 @@ class DataConfig:
         require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        share = self.case_augmentation
+        require(0 <= share <= 1, f"data.case_augmentation is a share of the training pairs in [0, 1], got {share}")
         pair = "data.src_tokenizer and data.tgt_tokenizer go together (two models over one id table)"
         require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
         one = "set data.tokenizer (one joint model) or data.src_tokenizer/tgt_tokenizer (two), not both"
