@@ -235,8 +235,9 @@ class DecodeConfig:
     alpha: float = 0.6  # length penalty exponent
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
-    min_len: int = 0  # EOS is forbidden before this many output tokens
+    min_len: int = 0  # EOS is forbidden before this many output tokens (and always before the first)
     no_repeat_ngram_size: int = 0  # no n-gram of output pieces twice in a hypothesis, n in pieces (0 = off)
+    max_ngram_repeats: int = 2  # no n-gram of output pieces more often than this in a row, any n (0 = off)
     nbest: int = 1  # hypotheses returned per sentence
     constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
@@ -259,6 +260,7 @@ class DecodeConfig:
         )
         require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
         require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
+        require(self.max_ngram_repeats >= 0, "decode.max_ngram_repeats must be >= 0 (0 = off)")
         require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         require(self.max_tokens > 0, "decode.max_tokens must be positive")
         require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")
