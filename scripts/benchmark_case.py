@@ -3,7 +3,8 @@ single words and 2-3 word fragments of its source side in the three casings (loo
 (transformer/benchmarks/case.py). Prints JSON.
 
     python scripts/benchmark_case.py --checkpoint runs/demo/averaged.pt --config configs/demo.yaml \
-        [--split test] [--count 200] [--seed 1] [--beam 4] [--no-test-set] [--json out.json]
+        [--split test] [--count 200] [--seed 1] [--beam 4] [--set max_ngram_repeats=0] [--no-test-set] \
+        [--timing-rounds 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import torch
 
 from transformer.api import Translator
-from transformer.benchmarks.case import fragments_by_casing, test_set_report
+from transformer.benchmarks.case import fragments_by_casing, test_set_report, time_run_limit
 from transformer.benchmarks.glossary import parallel_set
 from transformer.benchmarks.stamps import today
 from transformer.commands.cli import user_errors_exit_2
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a decode setting, repeatable")
     parser.add_argument("--no-test-set", action="store_true", help="only the words and fragments")
+    parser.add_argument("--timing-rounds", type=int, default=0, help="time the run limit: turns without and with")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_test_set:
         result["test_set"] = {"lines": len(sources), **test_set_report(translator, sources, references)}
+    if args.timing_rounds:
+        result["run_limit_time"] = time_run_limit(translator, sources, args.timing_rounds)
     print(json.dumps(result, indent=1, ensure_ascii=False))
     if args.json:
         with atomic_output(args.json) as out:

@@ -7,6 +7,8 @@ in Title Case, and on single words and short fragments of the test set's source 
   the source lines (words: runs of letters, digits and apostrophes; punctuation left out).
 - Per output: a loop (`has_loop`: a piece n-gram three times in a row, any n), too long (more than
   `2 * words + 2` words for a fragment of `words` words: a sentence, not a word), empty.
+- The run limit's cost (`time_run_limit`): the test set as written, with `decode.max_ngram_repeats` 0 and as set,
+  taking turns, the fastest of `rounds` each.
 """
 
 from __future__ import annotations
@@ -109,3 +111,15 @@ def fragments_by_casing(translator, lines: Sequence[str], count: int, seed: int)
         for kind, texts in drawn.items()
         for name, casing in CASINGS.items()
     }
+
+
+def time_run_limit(translator, sources: Sequence[str], rounds: int) -> dict:
+    """Seconds (the fastest of `rounds`) to translate `sources` without the run limit and with the translator's."""
+    runs = {"without": translator.with_decode(max_ngram_repeats=0), "with": translator}
+    _translate(translator, sources[:8])  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, used in runs.items():
+            seconds[name].append(_translate(used, sources)[1])
+    fastest = {name: round(min(times), 2) for name, times in seconds.items()}
+    return {"rounds": rounds, "seconds": fastest, "ratio": round(fastest["with"] / fastest["without"], 3)}
