@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 import torch
-from conftest import EOS, PAD, tiny_model
+from conftest import BOS, EOS, PAD, tiny_model
 from test_decoding import IDS, beam_search, greedy_decode, one_source, random_model, sample, teacher_forced_log_prob
 
-from transformer.decoding.controls import Controls, NoRepeatNgram, TargetPrefix
+from transformer.decoding.controls import Controls, NoRepeatNgram, RepeatRunLimit, TargetPrefix
 from transformer.decoding.interface import CandidateSelector, DecodingModel, SearchControl
 from transformer.decoding.search import Hypothesis, lp
 from transformer.model.attention import make_pad_mask
@@ -121,6 +121,57 @@ def test_greedy_and_sampling_never_repeat_an_ngram(n):
     blocked = greedy_decode(model, src, mask, controls=Controls([NoRepeatNgram(n)]), **long)
     sampled = sample(model, src, mask, num_samples=3, controls=Controls([NoRepeatNgram(n)]), **long)
     assert not any(has_repeat(h.tokens, n) for h in blocked + [h for hyps in sampled for h in hyps])
+
+
+def ends_in_run(tokens: list[int], copies: int) -> bool:
+    """Whether `tokens` end with `copies` equal n-grams in a row, for some n (brute force)."""
+    return any(
+        all(tokens[len(tokens) - (k + 1) * n : len(tokens) - k * n] == tokens[-n:] for k in range(copies))
+        for n in range(1, len(tokens) // copies + 1)
+    )
+
+
+def has_run(tokens: list[int], copies: int) -> bool:
+    """Whether some n-gram of `tokens` occurs `copies` times in a row anywhere."""
+    return any(ends_in_run(tokens[:end], copies) for end in range(len(tokens) + 1))
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_the_run_limit_forbids_exactly_the_pieces_that_complete_a_run(limit):
+    """Random histories over two pieces (runs are common): -inf exactly where brute force says a run would end."""
+    generator = torch.Generator().manual_seed(limit)
+    for t in range(14):
+        history = torch.randint(4, 6, (64, t), generator=generator)  # (N, t) pieces 4 and 5
+        tokens = torch.cat([torch.full((64, 1), BOS), history], dim=1)  # (N, t+1)
+        masked = RepeatRunLimit(limit).mask(torch.zeros(64, 7), tokens, t)  # (N, V)
+        for row, out in zip(history.tolist(), masked):
+            expected = [x for x in range(7) if ends_in_run(row + [x], limit + 1)]
+            assert torch.isinf(out).nonzero().flatten().tolist() == expected, (row, limit)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("limit", [1, 2])
+def test_beam_with_the_run_limit_is_brute_force_over_the_sequences_without_runs(seed, limit):
+    model = random_model(seed=seed)
+    src, mask = one_source(5, 4)
+    expected = brute_force(model, src, lambda tokens: not has_run(tokens, limit + 1), max_len=4, kind="none")
+    controls = Controls([RepeatRunLimit(limit)])
+    settings = dict(beam_size=64, max_len_a=0, max_len_b=4, nbest=5, length_penalty="none", controls=controls)
+    [hyps] = beam_search(model, src, mask, **settings, **IDS)
+    assert [h.tokens for h in hyps] == [tokens for _, tokens in expected]
+    assert [h.score for h in hyps] == pytest.approx([score for score, _ in expected])
+
+
+def test_greedy_and_sampling_never_loop_under_the_run_limit():
+    """The tiny model loops with a long maximum length; under the limit no n-gram comes 3 times in a row."""
+    model = tiny_model()
+    src = torch.tensor([[5, 9, 7, 11, EOS], [8, 8, 6, EOS, PAD]])
+    mask = make_pad_mask(src, PAD)
+    long = dict(max_len_a=0, max_len_b=30, **IDS)
+    assert any(has_run(h.tokens, 3) for h in greedy_decode(model, src, mask, **long))
+    limited = greedy_decode(model, src, mask, controls=Controls([RepeatRunLimit(2)]), **long)
+    sampled = sample(model, src, mask, num_samples=3, controls=Controls([RepeatRunLimit(2)]), **long)
+    assert not any(has_run(h.tokens, 3) for h in limited + [h for hyps in sampled for h in hyps])
 
 
 def test_controls_refuse_two_selectors():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -260,6 +260,20 @@ def test_beam_with_large_k_on_a_real_model_is_brute_force_best():
     )
     [[hyp]] = beam_search(model, src, mask, beam_size=64, max_len_a=0, max_len_b=3, **IDS)
     assert (hyp.score, hyp.tokens) == (pytest.approx(best[0], abs=1e-5), best[1])
+
+
+# EOS first (P .6), else A then EOS: what the demo model does on most single words
+SILENT = table_model({(): {EOS: 0.6, A: 0.4}}, default={EOS: 0.9, A: 0.1})
+
+
+@pytest.mark.parametrize("decode", [DecodeConfig(beam_size=1), DecodeConfig(beam_size=4), DecodeConfig(sampling=True)])
+def test_generate_never_gives_an_empty_translation(decode):
+    """The searches themselves can end at once (min_len 0, as asked); `generate` forbids EOS first whatever min_len."""
+    src, mask = one_source(9)
+    assert greedy_decode(SILENT, src, mask, **IDS)[0].tokens == []
+    assert beam_search(SILENT, src, mask, length_penalty="none", **IDS)[0][0].tokens == []
+    [[hyp]] = generate(SILENT, src, mask, replace(decode, min_len=0), **IDS, generator=torch.Generator().manual_seed(0))
+    assert hyp.tokens == [A] and hyp.log_prob == pytest.approx(math.log(0.4 * 0.9))
 
 
 def test_generate_dispatches_on_the_config():

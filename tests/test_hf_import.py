@@ -93,7 +93,9 @@ def _hf_generate(hf, hf_tok, beams: int) -> list[list[int]]:
 
 
 def _our_generate(model, tok, beams: int) -> list[list[int]]:
-    settings = DecodeConfig(beam_size=beams, length_penalty="fairseq", alpha=1.0, max_len_a=0.0, max_len_b=MAX_NEW)
+    settings = DecodeConfig(  # generate has no limit on runs of an n-gram
+        beam_size=beams, length_penalty="fairseq", alpha=1.0, max_len_a=0.0, max_len_b=MAX_NEW, max_ngram_repeats=0
+    )
     rows = tok.encode_src(SENTENCES)
     src = torch.full((len(rows), max(map(len, rows))), model.pad_id)
     for b, ids in enumerate(rows):
@@ -144,7 +146,8 @@ def test_minimum_lengths_are_imported_as_generate_applies_them(imported, tmp_pat
     src = torch.full((len(rows), max(map(len, rows))), model.pad_id)
     for b, ids in enumerate(rows):
         src[b, : len(ids)] = torch.tensor(ids)
-    settings = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_NEW, min_len=config.decode.min_len)
+    lengths = dict(max_len_a=0.0, max_len_b=MAX_NEW, min_len=config.decode.min_len)
+    settings = DecodeConfig(beam_size=1, max_ngram_repeats=0, **lengths)
     with torch.no_grad():
         ours = generate(model, src, make_pad_mask(src, model.pad_id), settings, bos_id=tok.bos_id, eos_id=EOS_ID)
     specials = {hf.config.pad_token_id, hf.config.eos_token_id}
@@ -265,6 +268,7 @@ def test_an_imported_model_translates_scores_aligns_ensembles_and_fine_tunes(imp
 
     _, hf, hf_tok, ckpt, model, tok, _, _ = imported
     settings = dict(beam_size=4, length_penalty="fairseq", alpha=1.0, max_len_a=0.0, max_len_b=MAX_NEW)
+    settings.update(max_ngram_repeats=0)  # as _our_generate
     one = Translator.from_checkpoint(ckpt, **settings)
     texts = one.translate(SENTENCES[:5])
     assert texts == tok.decode_tgt(_our_generate(model, tok, 4)[:5])

@@ -10,7 +10,7 @@ import random
 
 import pytest
 from conftest import BOS, EOS
-from test_controls import ALLOWED, has_repeat, sequences
+from test_controls import ALLOWED, has_repeat, has_run, sequences
 from test_decoding import one_source, random_model
 
 from transformer.config import DecodeConfig
@@ -28,15 +28,17 @@ def steering(prefix: list[int], phrases: list[list[int]]) -> Steering:
     return Steering(prefix=prefix, phrases=phrases, texts=tuple(" ".join(map(str, p)) for p in phrases))
 
 
-def meets(tokens, prefix, phrases, n: int, limit: int) -> bool:
-    """Whether an output meets the controls: it starts with the prefix (cut at the limit), contains every phrase
-    (theirs share no piece, so containing is meeting) and repeats no n-gram (n = 0: any)."""
-    starts = tokens[: min(len(prefix), limit)] == prefix[:limit]
-    return starts and all(contains(tokens, p) for p in phrases) and not (n and has_repeat(tokens, n))
+def meets(tokens, prefix, phrases, n: int, limit: int, repeats: int) -> bool:
+    """Whether an output meets the controls: it is not empty, starts with the prefix (cut at the limit), contains
+    every phrase (theirs share no piece, so containing is meeting), repeats no n-gram (n = 0: any) and has no
+    n-gram more than `repeats` times in a row (0: any)."""
+    starts = bool(tokens) and tokens[: min(len(prefix), limit)] == prefix[:limit]
+    runs = repeats and has_run(tokens, repeats + 1)
+    return starts and all(contains(tokens, p) for p in phrases) and not (n and has_repeat(tokens, n)) and not runs
 
 
-def exists(prefix, phrases, n: int, limit: int) -> bool:
-    return any(meets(tokens, prefix, phrases, n, limit) for tokens, _ in sequences(limit))
+def exists(prefix, phrases, n: int, limit: int, repeats: int = 0) -> bool:
+    return any(meets(tokens, prefix, phrases, n, limit, repeats) for tokens, _ in sequences(limit))
 
 
 def expected_relaxed(prefix, phrases, n: int, limit: int) -> tuple[str, ...]:
@@ -48,6 +50,7 @@ def expected_relaxed(prefix, phrases, n: int, limit: int) -> tuple[str, ...]:
             prefix=[] if "prefix" in aside else prefix,
             phrases=[] if "constraints" in aside else phrases,
             n=0 if "no_repeat_ngram_size" in aside else n,
+            repeats=0 if "max_ngram_repeats" in aside else DecodeConfig().max_ngram_repeats,
         )
         if exists(limit=limit, **left):
             break
@@ -81,6 +84,7 @@ def test_every_line_gets_a_translation_and_only_what_had_to_go_is_relaxed(seed, 
         prefix=[] if "prefix" in relaxed else prefix,
         phrases=[] if "constraints" in relaxed else phrases,
         n=0 if "no_repeat_ngram_size" in relaxed else n,
+        repeats=0 if "max_ngram_repeats" in relaxed else settings.max_ngram_repeats,
     )
     for h, unmet in zip(hyps, unmet_texts(line, [h.tokens for h in hyps])):
         assert meets(h.tokens, limit=limit, **kept), (h.tokens, relaxed)
@@ -115,6 +119,16 @@ def test_a_tight_constraint_blocked_as_a_repeat_is_searched_again_without_the_bl
     settings = DecodeConfig(beam_size=4, max_len_a=0, max_len_b=2, no_repeat_ngram_size=1)
     [hyps], [relaxed] = steered_search(model, src, mask, settings, [steering([], [[4, 4]])], [1], **IDS)
     assert relaxed == ("no_repeat_ngram_size",) and [h.tokens for h in hyps] == [[4, 4]]
+
+
+def test_a_prefix_that_holds_a_run_relaxes_the_run_limit_only():
+    """Prefix 4 4 4 under the default limit (no n-gram 3 times in a row): searched again without the limit, the
+    prefix kept."""
+    model = random_model(seed=1)
+    src, mask = one_source(4, 5)
+    settings = DecodeConfig(beam_size=4, nbest=2, max_len_a=0, max_len_b=5)
+    [hyps], [relaxed] = steered_search(model, src, mask, settings, [steering([4, 4, 4], [])], [2], **IDS)
+    assert relaxed == ("max_ngram_repeats",) and all(h.tokens[:3] == [4, 4, 4] for h in hyps)
 
 
 def test_lines_without_steering_search_once_as_before():

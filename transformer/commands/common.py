@@ -19,10 +19,14 @@ from transformer.config import Config, DecodeConfig, load_config
 from transformer.errors import UserError
 from transformer.fileio import utf8_lines
 
-DECODE_FLAGS = {"beam": "beam_size", "no_repeat_ngram_size": "no_repeat_ngram_size"} | {
-    name: name
-    for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision")
-}  # command-line flag -> DecodeConfig field
+DECODE_FLAGS = (
+    {"beam": "beam_size", "no_repeat_ngram_size": "no_repeat_ngram_size"}
+    | {"max_ngram_repeats": "max_ngram_repeats"}
+    | {
+        name: name
+        for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision")
+    }
+)  # command-line flag -> DecodeConfig field
 DECODE_FLAGS["constraint_beam"] = "constraint_beam_size"
 
 

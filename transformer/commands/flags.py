@@ -56,6 +56,12 @@ def decoding_args(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="no n-gram of N output pieces twice in a translation (0 = off)",
     )
+    parser.add_argument(
+        "--max-ngram-repeats",
+        type=count(0),
+        metavar="N",
+        help="no n-gram of output pieces more than N times in a row, any n: cuts loops (0 = off; default: 2)",
+    )
 
 
 def translate_args(parser: argparse.ArgumentParser) -> None:

@@ -139,6 +139,7 @@ class DataConfig:
     subword_sampling: SubwordSampling | None = None  # a sampled segmentation of the training split per epoch
     drop_copies: bool = False  # drop training pairs whose source equals their target (counted in the report)
     drop_duplicates: bool = False  # drop training pairs equal to an earlier one (a 64-bit hash: 8 bytes a pair)
+    case_augmentation: float = 0.0  # share of training pairs also added in ALL CAPS or Title Case, both sides (0-1)
     num_proc: int = 1  # processes encoding the splits (one per 10k pairs at most)
     tokenizer: str | None = None  # an existing joint SentencePiece model file, used as it is (none trained)
     src_tokenizer: str | None = None  # existing source and target SentencePiece models (both or neither),
@@ -151,6 +152,8 @@ class DataConfig:
         require(self.max_length_ratio >= 0, "data.max_length_ratio must be >= 0")
         require(0 < self.character_coverage <= 1, "data.character_coverage must be in (0, 1]")
         require(self.num_proc >= 1, "data.num_proc must be >= 1")
+        share = self.case_augmentation
+        require(0 <= share <= 1, f"data.case_augmentation is a share of the training pairs in [0, 1], got {share}")
         pair = "data.src_tokenizer and data.tgt_tokenizer go together (two models over one id table)"
         require((self.src_tokenizer is None) == (self.tgt_tokenizer is None), pair)
         one = "set data.tokenizer (one joint model) or data.src_tokenizer/tgt_tokenizer (two), not both"
@@ -234,8 +237,9 @@ class DecodeConfig:
     alpha: float = 0.6  # length penalty exponent
     max_len_a: float = 1.0  # maximum output length = max_len_a * source length + max_len_b
     max_len_b: int = 50
-    min_len: int = 0  # EOS is forbidden before this many output tokens
+    min_len: int = 0  # EOS is forbidden before this many output tokens (and always before the first)
     no_repeat_ngram_size: int = 0  # no n-gram of output pieces twice in a hypothesis, n in pieces (0 = off)
+    max_ngram_repeats: int = 2  # no n-gram of output pieces more often than this in a row, any n (0 = off)
     nbest: int = 1  # hypotheses returned per sentence
     constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
@@ -258,6 +262,7 @@ class DecodeConfig:
         )
         require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
         require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
+        require(self.max_ngram_repeats >= 0, "decode.max_ngram_repeats must be >= 0 (0 = off)")
         require(self.max_len_a >= 0 and self.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         require(self.max_tokens > 0, "decode.max_tokens must be positive")
         require(self.temperature > 0 and self.top_k >= 0, "decode.temperature must be > 0 and top_k >= 0")

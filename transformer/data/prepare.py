@@ -47,6 +47,7 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer.config import Config, DataConfig
+from transformer.data.case_augmentation import training_pairs
 from transformer.data.cleaning import PairFilter
 from transformer.data.corpus import CHUNK_PAIRS, Pairs, describe_split, load_pairs, split_identity, stream_pairs
 from transformer.data.coverage import UnknownCounter, describe_unknown
@@ -250,6 +251,8 @@ def _tokenizer_key(data: DataConfig, seed: int) -> str:
         settings["sample"] = "streamed"
     if data.spm_byte_fallback:  # only when on, so the keys of existing caches stay as they were
         settings.update(spm_byte_fallback=True)
+    if data.case_augmentation:  # likewise; the sample's copies come from `seed`, not train.seed
+        settings.update(case_augmentation=data.case_augmentation)
     return _hash(CACHE_VERSION, split_identity(data.train), settings, seed)
 
 
@@ -283,7 +286,7 @@ def prepare_tokenizer(
     per_side = data.spm_input_sentences // (2 if data.joint_vocab else 1)
     log.info("train: sampling sentences for SentencePiece from %s", describe_split(data.train))
     with spinner("sampling sentences for SentencePiece", progress), _stage("tokenizer: sampling"):
-        src, tgt = sample_sentences(lambda: stream_pairs(data.train, data, CHUNK_PAIRS), per_side, seed, held)
+        src, tgt = sample_sentences(lambda: training_pairs(data, seed, CHUNK_PAIRS), per_side, seed, held)
     log.info("tokenizer: training SentencePiece (large corpora take minutes)")
     with spinner("training SentencePiece", progress), _stage("tokenizer: SentencePiece training"):
         tokenizer = Tokenizer.train(
@@ -303,12 +306,15 @@ def prepare_tokenizer(
     return tokenizer, folder
 
 
-def _split_key(name: str, data: DataConfig, tokenizer: Tokenizer) -> str:
-    """The cache key of split `name`: its identity, the settings that change its encoding, the tokenizer."""
+def _split_key(name: str, data: DataConfig, tokenizer: Tokenizer, seed: int) -> str:
+    """The cache key of split `name`: its identity, the settings that change its encoding, the tokenizer (and for
+    the training split with data.case_augmentation, `seed`, which draws its copies)."""
     settings: dict[str, Any] = {"name": name, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
     if name == "train":
         settings.update(max_tokens_per_sentence=data.max_tokens_per_sentence, max_length_ratio=data.max_length_ratio)
         settings.update({k: True for k in ("drop_copies", "drop_duplicates") if getattr(data, k)})
+        if data.case_augmentation:  # only when on, so the keys of existing caches stay as they were
+            settings.update(case_augmentation=data.case_augmentation, case_seed=seed)
     blobs = tokenizer.to_bytes()
     return _hash(CACHE_VERSION, split_identity(getattr(data, name)), settings, blobs["src"], blobs["tgt"] or b"")
 
@@ -316,7 +322,7 @@ def _split_key(name: str, data: DataConfig, tokenizer: Tokenizer) -> str:
 def sampled_folders(data: DataConfig, seed: int, tokenizer: Tokenizer, cache: Path) -> list[Path]:
     """The cache folders of data.subword_sampling's copies of the training split (`subword_sampling.py`): keyed by
     the split's key, alpha, the seed and the copy's number (so a larger K keeps the copies it has)."""
-    key, alpha = _split_key("train", data, tokenizer), data.subword_sampling.alpha
+    key, alpha = _split_key("train", data, tokenizer, seed), data.subword_sampling.alpha
     return [cache / f"train-sampled-{_hash(key, alpha, seed, k)}" for k in range(data.subword_sampling.segmentations)]
 
 
@@ -328,20 +334,23 @@ def prepare_split(
     progress: bool = True,
     workers: Workers | None = None,
     chunks: Iterator[Pairs] | None = None,
+    seed: int = 1,
 ) -> tuple[EncodedSplit, Path]:
     """The split `name` ("train", "valid" or "test") of `data` encoded with `tokenizer` (any: trained here or a
     checkpoint's), from its cache folder when there is one, else streamed into it over `workers` (by default
     `data.num_proc` processes of its own); and that folder. chunks: the split's pairs when already read (else
-    `stream_pairs` reads them)."""
+    `stream_pairs` reads them; for train, `training_pairs` with data.case_augmentation's copies from `seed`)."""
     split_config = getattr(data, name)
-    folder = cache / f"{name}-{_split_key(name, data, tokenizer)}"
+    folder = cache / f"{name}-{_split_key(name, data, tokenizer, seed)}"
     if (folder / "meta.json").is_file():
         log.info("%s: cached encoding in %s", name, folder)
         return load_split(folder), folder
     log.info("%s: reading and encoding %s", name, describe_split(split_config))
     with _stage(f"{name}: reading, encoding and writing the cache"), contextlib.ExitStack() as own:
         workers = workers or own.enter_context(Workers(data.num_proc))
-        chunks = chunks or stream_pairs(split_config, data, CHUNK_PAIRS)
+        if chunks is None:
+            train = name == "train"
+            chunks = training_pairs(data, seed, CHUNK_PAIRS) if train else stream_pairs(split_config, data, CHUNK_PAIRS)
         write_atomically(folder, lambda tmp: _write_split(tmp, name, data, tokenizer, workers, progress, chunks))
     split = load_split(folder)
     log.info("%s: %d pairs encoded into %s", name, len(split), folder)
@@ -363,14 +372,17 @@ def prepare_data(
     cache = Path(data.cache_dir)
     paths: dict[str, str] = {}
     encoded: dict[str, EncodedSplit] = {}
-    held: list[Pairs] = []  # the training pairs, when the SentencePiece sample's pass could keep them all
+    # the training pairs, when the SentencePiece sample's pass could keep them all (not with case copies: the
+    # sample's are drawn from the tokenizer's seed, training's from train.seed)
+    held: list[Pairs] | None = None if data.case_augmentation else []
     with _stage("prepare: all of it"), Workers(data.num_proc) as workers:
         if tokenizer is None:
             tokenizer, folder = prepare_tokenizer(data, cache, progress, workers, held)
             paths["tokenizer"] = str(folder)
         for name in (s for s in SPLITS if s in splits and getattr(data, s) is not None):
             chunks = _taken(held) if name == "train" and held else None
-            encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers, chunks)
+            seed = config.train.seed
+            encoded[name], folder = prepare_split(name, data, tokenizer, cache, progress, workers, chunks, seed)
             paths[name] = str(folder)
         copies = []
         if data.subword_sampling is not None and "train" in encoded:

@@ -34,8 +34,9 @@ import numpy as np
 import sentencepiece as spm
 
 from transformer.config import DataConfig
+from transformer.data.case_augmentation import training_pairs
 from transformer.data.cleaning import PairFilter
-from transformer.data.corpus import CHUNK_PAIRS, stream_pairs
+from transformer.data.corpus import CHUNK_PAIRS
 from transformer.data.encoded import EncodedSplit, SplitWriter, load_split, save_extras, write_atomically
 from transformer.data.encoding import Workers, encode_chunks
 from transformer.data.tokenizer import Tokenizer, seeds_repeat_across_processes
@@ -72,7 +73,7 @@ def _write_copies(tmps: list[Path], data: DataConfig, tokenizer: Tokenizer, work
     writers, pairs_filter, limit = [SplitWriter(tmp) for tmp in tmps], PairFilter(data), data.max_tokens_per_sentence
     clean, read = (data.drop_copies, data.drop_duplicates), 0
     fallbacks, pieces = np.zeros(len(tmps), dtype=np.int64), np.zeros((len(tmps) + 1, 2), dtype=np.int64)
-    chunks = stream_pairs(data.train, data, CHUNK_PAIRS)
+    chunks = training_pairs(data, seeds[0][0], CHUNK_PAIRS)  # case copies (if any) as in the `train-` folder
     with contextlib.ExitStack() as on_error:
         on_error.callback(lambda: [writer.abort() for writer in writers])
         for _, (*plain, same, hashes, sampled) in encode_chunks(

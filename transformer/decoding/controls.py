@@ -15,6 +15,11 @@ particular control.
 - `NoRepeatNgram`: no n-gram of output pieces appears twice in a hypothesis (fairseq's, Hugging Face's and
   CTranslate2's `no_repeat_ngram_size`): a token that would complete an n-gram already in the row's history is -inf.
   BOS is not part of the history it reads.
+- `RepeatRunLimit`: no n-gram of output pieces more than `limit` times in a row, any n (`decode.max_ngram_repeats`,
+  on by default): a token that would make the last `limit + 1` n-grams equal ("A A A", "ab ab ab") is -inf. The
+  loop that a model falls into on input unlike its training data ("A A A A AMMMMMMM" for a heading in capitals)
+  is cut where it starts; ordinary text hardly has such runs (4 of the 28,634 English verses of the bundled Bible
+  training set, docs/decoding.md), where NoRepeatNgram forbids every repeated n-gram of its size.
 """
 
 from __future__ import annotations
@@ -97,6 +102,37 @@ class NoRepeatNgram:
         repeats = (windows[:, :, : n - 1] == last[:, None, :]).all(dim=2)  # (N, t-n+1)
         rows, where = repeats.nonzero(as_tuple=True)
         log_probs[rows, windows[rows, where, n - 1]] = NEG_INF
+        return log_probs
+
+    def rerank_beams(self, rows: torch.Tensor) -> None:
+        pass
+
+    def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        pass
+
+
+class RepeatRunLimit:
+    """Forbids a token that would make some n-gram of the row's output pieces occur `limit + 1` times in a row (see
+    the module docstring); holds no state. All n at once: the history read backwards, g, has period n over its
+    first (limit + 1) * n - 1 pieces exactly when the next piece g[n - 1] would complete the run."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"max_ngram_repeats must be >= 1, got {limit}")
+        self.copies = limit + 1  # r: equal n-grams in a row that make a loop
+
+    def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        recent = tokens[:, 1:].flip(1)  # (N, t) without BOS, the last piece first
+        t, r = recent.size(1), self.copies
+        lags = (t + 1) // r  # L: the longest n whose run the next piece could complete
+        if lags == 0:
+            return log_probs
+        n = torch.arange(1, lags + 1, device=recent.device)[:, None]  # (L, 1)
+        k = torch.arange((r - 1) * lags - 1, device=recent.device)[None, :]  # (1, K): places compared
+        needed = k < (r - 1) * n - 1  # (L, K): for lag n, the first (r-1)*n - 1 places
+        same = recent[:, (k + n).clamp(max=t - 1)] == recent[:, k[0]][:, None, :]  # (N, L, K)
+        rows, lag = (same | ~needed).all(dim=2).nonzero(as_tuple=True)  # a row and lag n - 1 of each run
+        log_probs[rows, recent[rows, lag]] = NEG_INF
         return log_probs
 
     def rerank_beams(self, rows: torch.Tensor) -> None:

@@ -7,8 +7,10 @@ lines again, and only them, with their controls set aside one at a time, in `REL
 translation:
 
 1. "no_repeat_ngram_size": repetition blocking, a preference of style, goes first;
-2. "constraints": the phrases the caller asked for, kept while anything else can give way;
-3. "prefix": the last, needed only by a model that gives a forced piece probability 0.
+2. "max_ngram_repeats": the limit on runs of a repeated n-gram, a guard against loops, next (a prefix or a
+   phrase that holds such a run asks for it);
+3. "constraints": the phrases the caller asked for, kept while anything else can give way;
+4. "prefix": the last, needed only by a model that gives a forced piece probability 0.
 
 Each relaxed line gets a warning naming its line number and what was set aside, and its translations carry the names
 (translator.py's `Translation.relaxed`), as do those of a line whose constraints were set aside before the search
@@ -33,9 +35,10 @@ from transformer.decoding.steps import NEG_INF, Hypothesis
 
 log = logging.getLogger(__name__)
 
-RELAXATIONS = ("no_repeat_ngram_size", "constraints", "prefix")  # the order in which controls are set aside
+RELAXATIONS = ("no_repeat_ngram_size", "max_ngram_repeats", "constraints", "prefix")  # the order they are set aside
 DESCRIPTIONS = {
     "no_repeat_ngram_size": "repetition blocking (no_repeat_ngram_size)",
+    "max_ngram_repeats": "the limit on repeated n-grams in a row (max_ngram_repeats)",
     "constraints": "the constraints",
     "prefix": "the prefix",
 }
@@ -51,15 +54,15 @@ def translated(hypotheses: Sequence[Hypothesis]) -> bool:
 
 def _holds(name: str, settings: DecodeConfig, steering: Steering | None) -> bool:
     """Whether the control `name` is on for a line."""
-    if name == "no_repeat_ngram_size":
-        return settings.no_repeat_ngram_size > 0
+    if name in ("no_repeat_ngram_size", "max_ngram_repeats"):
+        return getattr(settings, name) > 0
     return bool(steering and (steering.phrases if name == "constraints" else steering.prefix))
 
 
 def _set_aside(name: str, settings: DecodeConfig, steerings: list[Steering | None], lines: list[int]) -> DecodeConfig:
     """The settings without the control `name`; `lines`' steerings lose it in place."""
-    if name == "no_repeat_ngram_size":
-        return replace(settings, no_repeat_ngram_size=0)
+    if name in ("no_repeat_ngram_size", "max_ngram_repeats"):
+        return replace(settings, **{name: 0})
     for b in lines:
         steerings[b] = replace(steerings[b], **{"phrases" if name == "constraints" else "prefix": []})
     return settings

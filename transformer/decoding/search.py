@@ -13,7 +13,10 @@ What every search shares (maximum lengths, the length penalty, forbidden tokens)
 
 Decisions:
 - Every setting is a required keyword argument: `DecodeConfig` (config/sections.py) holds the defaults, and `generate`
-  passes them.
+  passes them, with two rules for text: no empty output (EOS forbidden before max(`min_len`, 1) tokens: training
+  drops pairs with an empty side, so an EOS first is nothing the model learned, yet the demo model put it first on
+  180 of 200 single words, docs/decoding.md; fairseq's min_len is 1 too) and `decode.max_ngram_repeats`' limit on
+  loops (controls.py's `RepeatRunLimit`).
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
   model's own distribution (temperature 1). n samples per sentence come back sorted by score.
@@ -30,7 +33,7 @@ import torch
 
 from transformer.config import DecodeConfig
 from transformer.decoding.beam import beam_search
-from transformer.decoding.controls import Controls, NoRepeatNgram
+from transformer.decoding.controls import Controls, NoRepeatNgram, RepeatRunLimit
 from transformer.decoding.steps import (
     LENGTH_PENALTIES,
     NEG_INF,
@@ -197,11 +200,14 @@ def generate(
 ) -> list[list[Hypothesis]]:
     """The one dispatcher: `decode.search` picks sampling, greedy or beam search. -> B lists, best first.
 
-    controls: the batch's search controls (controls.py, constraints.py), besides `decode.no_repeat_ngram_size`'s.
+    controls: the batch's search controls (controls.py, constraints.py), besides `decode.no_repeat_ngram_size`'s and
+    `decode.max_ngram_repeats`'.
     """
     blocking = [NoRepeatNgram(decode.no_repeat_ngram_size)] if decode.no_repeat_ngram_size else []
+    blocking += [RepeatRunLimit(decode.max_ngram_repeats)] if decode.max_ngram_repeats else []
     steer = Controls([*controls, *blocking])
-    lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len, controls=steer)
+    min_len = max(decode.min_len, 1)  # never an empty translation (module docstring)
+    lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=min_len, controls=steer)
     ids = dict(bos_id=bos_id, eos_id=eos_id)
     if decode.search == "sampling":
         return sample(

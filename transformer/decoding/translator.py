@@ -66,7 +66,7 @@ class Translation:
     log_prob: float  # sum of token log-probabilities (EOS included when the hypothesis finished)
     tokens: list[int]  # output ids without BOS and EOS
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) links when asked for (alignment.py)
-    relaxed: tuple[str, ...] = ()  # the line's controls set aside, of "no_repeat_ngram_size", "constraints", "prefix"
+    relaxed: tuple[str, ...] = ()  # the line's controls set aside, of relaxation.py's RELAXATIONS
     unmet: tuple[str, ...] = ()  # the line's constraint phrases (as given) that this output does not meet
     confidence: float = 1.0  # in [0, 1], higher is better (confidence.py); 1 for an empty line
 
