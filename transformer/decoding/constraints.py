@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import torch
 
-from transformer.decoding.candidates import top_candidates
+from transformer.decoding.candidates import top_candidates_and_best
 from transformer.decoding.controls import RowSentences
 from transformer.decoding.phrases import START, ConstraintState, Phrases
 
@@ -179,32 +179,33 @@ class LexicalConstraints(RowSentences):
     def select(self, log_probs: torch.Tensor, scores: torch.Tensor, k: int):
         """interface.py's `CandidateSelector.select`: log_probs (B, K, V), scores (B, K) -> values, where,
         priority (B, k); the sentences with constraints get Post & Vilar's allocation, the others the top k."""
-        values, where = top_candidates(log_probs, scores, k)  # (B, k) each
+        values, where, best = top_candidates_and_best(log_probs, scores, k)  # (B, k), (B, k), (B, K)
         B, K, V = log_probs.shape
         steered = self.automata.real[self.sentence.view(B, K)[:, 0]].any(dim=1).nonzero().squeeze(1)  # (B',)
         if steered.numel() == 0:
             return values, where, values.clone()
         rows = steered[:, None] * K + torch.arange(K, device=steered.device)  # (B', K) their hypotheses' rows
         if steered.numel() == B:  # every sentence has constraints: no copies
-            candidates = self._candidates(rows, log_probs, scores, where - rows[:, :1] * V)
+            candidates = self._candidates(rows, log_probs, scores, where - rows[:, :1] * V, best)
             return self._allocate(rows, *candidates, k=k, vocab=V)
-        candidates = self._candidates(rows, log_probs[steered], scores[steered], where[steered] - rows[:, :1] * V)
+        top, best = where[steered] - rows[:, :1] * V, best[steered]
+        candidates = self._candidates(rows, log_probs[steered], scores[steered], top, best)
         priority = values.clone()  # (B, k)
         for out, chosen in zip((values, where, priority), self._allocate(rows, *candidates, k=k, vocab=V)):
             out[steered] = chosen.to(out.dtype)
         return values, where, priority
 
-    def _candidates(self, rows: torch.Tensor, log_probs: torch.Tensor, scores: torch.Tensor, top: torch.Tensor):
+    def _candidates(self, rows, log_probs: torch.Tensor, scores: torch.Tensor, top: torch.Tensor, best: torch.Tensor):
         """The candidates of B' sentences (their hypotheses' rows (B', K), log_probs (B', K, V), scores (B', K), top
-        (B', k) the top k's places in K x V) in the order Post & Vilar's step lists them, M = k + K(P+2) places: the
-        top k, then each hypothesis's best piece, the first pieces of its unmet phrases, the next piece of its phrase
-        in progress. -> hypothesis, piece, score (B', M), and which places are candidates (B', M) bool: finite,
-        and not listed before."""
+        (B', k) the top k's places in K x V, best (B', K) each hypothesis's best piece) in the order Post & Vilar's
+        step lists them, M = k + K(P+2) places: the top k, then each hypothesis's best piece, the first pieces of its
+        unmet phrases, the next piece of its phrase in progress. -> hypothesis, piece, score (B', M), and which
+        places are candidates (B', M) bool: finite, and not listed before."""
         automata, (_, K, V) = self.automata, log_probs.shape
         node, met, sentence = self.node[rows], self.met[rows], self.sentence[rows]  # (B', K), (B', K, P), (B', K)
         starts = automata.starts[sentence].masked_fill(met, -1)  # (B', K, P): -1 once met
         following = automata.piece[automata.first[node]].masked_fill(automata.matched[node] == 0, -1)  # (B', K)
-        extra = torch.cat([log_probs.argmax(dim=2)[:, :, None], starts, following[:, :, None]], dim=2)  # (B', K, P+2)
+        extra = torch.cat([best[:, :, None], starts, following[:, :, None]], dim=2)  # (B', K, P+2)
         hyp = torch.arange(K, device=rows.device)[None, :, None].expand_as(extra)  # (B', K, P+2)
         hyp = torch.cat([top // V, hyp.flatten(1)], dim=1)  # (B', M)
         piece = torch.cat([top % V, extra.flatten(1)], dim=1)  # (B', M)
