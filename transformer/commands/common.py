@@ -24,6 +24,7 @@ DECODE_FLAGS = {"beam": "beam_size", "no_repeat_ngram_size": "no_repeat_ngram_si
     for name in ("nbest", "alpha", "length_penalty", "max_tokens", "min_len", "max_len_a", "max_len_b", "precision")
 }  # command-line flag -> DecodeConfig field
 DECODE_FLAGS["constraint_beam"] = "constraint_beam_size"
+DECODE_FLAGS["glossary_beam"] = "glossary_beam_size"
 
 
 def resolve_config(stored: Config, args: argparse.Namespace) -> Config:

@@ -82,6 +82,17 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         help="also draw each line's attention maps, every layer "
         "and head, as PNG files in DIR (the first 20 lines; needs matplotlib)",
     )
+    steering_args(parser)
+    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
+    document_args(parser)
+    parser.add_argument("--output", help="output file ('-' or none: standard output)")
+    parser.add_argument(
+        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
+    )
+
+
+def steering_args(parser: argparse.ArgumentParser) -> None:
+    """Prefixes, constraints, a glossary, the beams of the lines they steer, and <unk> replacement."""
     steer = parser.add_argument_group("steering the output (docs/decoding.md)")
     steer.add_argument(
         "--prefix-file",
@@ -107,16 +118,17 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
         help="the beam of lines with constraints: at least N (default: the config's decode.constraint_beam_size, 10)",
     )
     steer.add_argument(
+        "--glossary-beam",
+        type=count(1),
+        metavar="N",
+        help="the beam of lines whose constraints are glossary terms only: at least N (default: the config's "
+        "decode.glossary_beam_size, 5)",
+    )
+    steer.add_argument(
         "--replace-unk",
         action="store_true",
         help="replace each <unk> of a translation with the "
         "source text it is aligned to (last decoder layer; an ensemble: its first model)",
-    )
-    parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
-    document_args(parser)
-    parser.add_argument("--output", help="output file ('-' or none: standard output)")
-    parser.add_argument(
-        "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
     )
 
 
