@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import torch
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     compared = compare(translator, glossary, sources, references, rounds=args.rounds)
     result = {
         "kind": "glossary",
+        "command": " ".join(["python scripts/benchmark_glossary.py", *(argv if argv is not None else sys.argv[1:])]),
         "device": cpu_name(),
         "threads": torch.get_num_threads(),
         "date": today(),

@@ -29,7 +29,8 @@ How:
 - A sentence without constraints gets the plain top 2K, unchanged.
 - The banks share the beam, so K must be wider than for plain search (Post & Vilar: larger than the constraint
   pieces; they decode with beams of 10 to 20): the translator searches the sentences with constraints apart, with
-  a beam of max(beam_size, decode.constraint_beam_size) (translator.py's `_search_groups`).
+  a beam of max(beam_size, decode.constraint_beam_size), or of decode.glossary_beam_size where the phrases are all
+  glossary terms (translator.py's `constraint_beam`).
 - Feasibility (whether the phrases fit the maximum output length, after the target prefix) is checked by the
   caller with `Phrases.fits`, which walks the prefix under the same budget as `mask` (steering.py): a sentence that
   passes it keeps a hypothesis. A search that still ends with none (repetition blocking forbade the only pieces
