@@ -2,7 +2,8 @@
 that hold no term (unchanged, expected), and the time ratio (transformer/benchmarks/glossary.py). Prints JSON.
 
     python scripts/benchmark_glossary.py --checkpoint runs/demo/checkpoint_last.pt --glossary glossary.tsv \
-        --config configs/demo.yaml [--split test] [--stride 5] [--lines 400] [--beam 4] [--json out.json]
+        --config configs/demo.yaml [--split test] [--stride 5] [--lines 400] [--beam 4] [--glossary-beam 5]
+        [--threads 1] [--rounds 3] [--json out.json]
     python scripts/benchmark_glossary.py --checkpoint CKPT --glossary glossary.tsv --src test.es --ref test.en
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 import torch
 
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stride", type=int, default=1, help="every K-th line (spread over the test set)")
     parser.add_argument("--lines", type=int, default=0, help="the first N lines (0 = all), after --stride")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's)")
-    parser.add_argument("--constraint-beam", type=int, help="the beam of lines with terms: max(--beam, this)")
+    parser.add_argument("--glossary-beam", type=int, help="the beam of lines with terms: max(--beam, this)")
     parser.add_argument("--rounds", type=int, default=2, help="turns of each run; the fastest is reported")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", help="also write the results here")
@@ -45,21 +48,25 @@ def main(argv: list[str] | None = None) -> int:
     sources, references = parallel_set(
         args.src, args.ref, args.config, args.split, stride=args.stride, lines=args.lines
     )
-    decode = {"beam_size": args.beam, "constraint_beam_size": args.constraint_beam}
+    decode = {"beam_size": args.beam, "glossary_beam_size": args.glossary_beam}
     translator = Translator.from_checkpoint(
         args.checkpoint, device="cpu", **{k: v for k, v in decode.items() if v is not None}
     )
     settings = translator.config.decode
+    load = os.getloadavg()[0]
+    compared = compare(translator, glossary, sources, references, rounds=args.rounds)
     result = {
         "kind": "glossary",
+        "command": " ".join(["python scripts/benchmark_glossary.py", *(argv if argv is not None else sys.argv[1:])]),
         "device": cpu_name(),
         "threads": torch.get_num_threads(),
         "date": today(),
         "checkpoint": args.checkpoint,
         "glossary": args.glossary,
         "beam": settings.beam_size,
-        "constraint_beam": max(settings.beam_size, settings.constraint_beam_size),
-        **compare(translator, glossary, sources, references, rounds=args.rounds),
+        "glossary_beam": max(settings.beam_size, settings.glossary_beam_size),
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],  # 1-minute, before and after: others' jobs
+        **compared,
     }
     print(json.dumps(result, indent=1))
     if args.json:

@@ -1,6 +1,8 @@
 """The plain lexically constrained search control, row by row in Python (as decoding/constraints.py was before its
 state moved into tensors): the oracle its vectorised `LexicalConstraints` is held equal to, token for token and score
-for score (tests/test_constraints.py). It reads the one automaton, decoding/phrases.py's `Phrases`, a state at a time.
+for score (tests/test_constraints.py). It reads the one automaton, decoding/phrases.py's `Phrases`, a state at a
+time; a phrase that must end a word (`word_ends`) bans the pieces that continue a word (`continuations`) in the row
+whose newest piece met it.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ NEG_INF = float("-inf")
 
 
 class PlainLexicalConstraints(RowSentences):
-    def __init__(self, constraints, *, eos_id: int, limits: Sequence[int] | None = None, device="cpu") -> None:
+    def __init__(
+        self, constraints, *, eos_id: int, limits: Sequence[int] | None = None, device="cpu", **word_rule
+    ) -> None:
         super().__init__(len(constraints), device)
         self.sets = [Phrases(phrases) for phrases in constraints]
         self.eos_id = eos_id
         self.limits = list(limits) if limits is not None else [None] * len(constraints)
         self.states = [START] * len(constraints)
+        ends = word_rule.get("word_ends") or [[] for _ in constraints]
+        self.word_ends = [_bits(phrases, flags) for phrases, flags in zip(constraints, ends)]  # a bit per phrase
+        continuations = word_rule.get("continuations")
+        self.continuations = [] if continuations is None else continuations.nonzero().flatten().tolist()
 
     def moved(self, rows: torch.Tensor) -> None:
         self.states = [self.states[r] for r in rows.tolist()]
@@ -32,7 +40,11 @@ class PlainLexicalConstraints(RowSentences):
         sets = [self.sets[b] for b in sentences]
         if step > 0:
             newest = tokens[:, -1].tolist()
+            before = self.states
             self.states = [s.advance(state, t) for s, state, t in zip(sets, self.states, newest)]
+            for r, (old, new) in enumerate(zip(before, self.states)):
+                if new.met & ~old.met & self.word_ends[sentences[r]] and self.continuations:
+                    log_probs[r, self.continuations] = NEG_INF  # a phrase that ends a word was just met
         unmet = [r for r, (s, state) in enumerate(zip(sets, self.states)) if not s.complete(state)]
         if unmet:
             log_probs[torch.tensor(unmet, device=log_probs.device), self.eos_id] = NEG_INF
@@ -77,6 +89,12 @@ class PlainLexicalConstraints(RowSentences):
             stripes.append((ranks[bank] * (phrases.tokens + 1) + phrases.tokens - bank, v, (b * K + h) * V + t))
         stripes.sort(key=lambda c: c[0])
         return [(v, place) for _, v, place in stripes]
+
+
+def _bits(phrases, flags) -> int:
+    """Bit i set: the i-th phrase of `Phrases` (empty ones left out) must end a word."""
+    kept = [flag for phrase, flag in zip(phrases, flags) if len(phrase)]
+    return sum(1 << i for i, flag in enumerate(kept) if flag)
 
 
 def _padded(picked: list[tuple[float, int]], k: int, first_place: int) -> tuple[torch.Tensor, ...]:

@@ -77,6 +77,7 @@ def test_overrides_parse_types(tmp_path):
         ("train.max_time=soon", "bad duration 'soon'"),
         ("decode.nbest=9", "decode.nbest must be in [1, beam_size]"),
         ("decode.constraint_beam_size=0", "decode.constraint_beam_size must be >= 1, got 0"),
+        ("decode.glossary_beam_size=0", "decode.glossary_beam_size must be >= 1, got 0"),
         ("data.train.tsv_columns=[1, 2]", "a data split needs exactly one of src+tgt, tsv, dataset or corpora"),
         ("data.joint_vocab=false", "model.share_embeddings needs data.joint_vocab: true"),
         ("model.d_model", "bad override 'model.d_model': use section.key=value"),

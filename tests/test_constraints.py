@@ -120,7 +120,8 @@ def test_constrained_sentences_batched_with_free_ones_and_a_prefix():
 
 def vectorised_cases():
     """(seed, phrases, prefixes, limit, beam, n) for a batch of three sentences over {1, 4, 5}: phrases that share
-    pieces and overlap, a sentence without any, prefixes, tight limits, beams 2 to 10, n-gram blocking or not."""
+    pieces and overlap, a sentence without any, prefixes, tight limits, beams 2 to 10, n-gram blocking or not; in
+    half the cases some phrases must end a word (`word_rule`)."""
     rng = random.Random(2)
     for seed in range(40):
         phrases = [overlapping_phrases(rng, (1, 4, 5)), [], overlapping_phrases(rng, (1, 4, 5))]
@@ -141,15 +142,48 @@ def tied_model(seed: int) -> ScriptedModel:
 @pytest.mark.parametrize("seed, phrases, prefixes, limit, beam, n", list(vectorised_cases()))
 def test_the_vectorised_control_searches_as_the_plain_one_row_by_row(seed, phrases, prefixes, limit, beam, n):
     """The same n-best, tokens and scores exactly, as tests/constraints_oracle.py's control (the state a Python
-    object per row, the candidates allocated sentence by sentence), with prefixes and repetition blocking beside."""
+    object per row, the candidates allocated sentence by sentence), with prefixes and repetition blocking beside,
+    and phrases that must end a word."""
     model = random_model(seed=seed) if seed % 2 else tied_model(seed)
     src = torch.tensor([[4, 5, EOS], [5, 4, EOS], [1, EOS, PAD]])
     mask = make_pad_mask(src, PAD)
     found = []
+    rule = word_rule(seed, phrases) if seed // 2 % 2 else {}
     for control in (LexicalConstraints, PlainLexicalConstraints):
         blocking = [NoRepeatNgram(n)] if n else []
-        controls = Controls([TargetPrefix(prefixes), control(phrases, eos_id=EOS, limits=[limit] * 3), *blocking])
+        constraints = control(phrases, eos_id=EOS, limits=[limit] * 3, **rule)
+        controls = Controls([TargetPrefix(prefixes), constraints, *blocking])
         settings = dict(beam_size=beam, nbest=beam, max_len_a=0, max_len_b=limit)
         hyps = beam_search(model, src, mask, controls=controls, **settings, **IDS)
         found.append([[(h.tokens, h.score, h.log_prob) for h in sentence] for sentence in hyps])
     assert found[0] == found[1]
+
+
+def word_rule(seed: int, phrases) -> dict:
+    """Random phrases that must end a word, and random pieces (of the 6) that continue one."""
+    rng = random.Random(seed)
+    ends = [[rng.random() < 0.6 for _ in sentence] for sentence in phrases]
+    return dict(word_ends=ends, continuations=torch.tensor([rng.random() < 0.4 for _ in range(6)]))
+
+
+def test_a_phrase_that_ends_a_word_is_never_continued_where_it_is_met():
+    """The model prefers piece 5 after 4; with the phrase [4] marked to end a word and 5 a continuation, the piece
+    after the 4 that meets the phrase is never 5, in any hypothesis; unmarked, the best output is 4 5 (so the rule
+    is what changed it), and a phrase met by its pieces alone is met either way."""
+
+    def dist(source, prefix):
+        prefers = 5 if prefix and prefix[-1] == 4 else 4
+        return [0.02 if v != prefers else 0.9 for v in range(6)]
+
+    model = ScriptedModel(dist, 6)
+    src, mask = one_source(4, 5)
+    found = {}
+    for ends in (False, True):
+        rule = dict(word_ends=[[ends]], continuations=torch.tensor([False, False, False, False, False, True]))
+        control = Controls([LexicalConstraints([[[4]]], eos_id=EOS, limits=[4], **rule)])
+        settings = dict(beam_size=4, nbest=4, max_len_a=0, max_len_b=4)
+        found[ends] = beam_search(model, src, mask, controls=control, **settings, **IDS)[0]
+    assert found[False][0].tokens[:2] == [4, 5]
+    for hyp in found[True]:
+        met = hyp.tokens.index(4)  # the first 4 meets the phrase
+        assert 4 in hyp.tokens and hyp.tokens[met + 1 : met + 2] != [5], hyp.tokens

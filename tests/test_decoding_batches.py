@@ -24,7 +24,7 @@ from test_decoding import (
 
 from transformer.config import DecodeConfig
 from transformer.decoding import beam, candidates
-from transformer.decoding.candidates import top_candidates
+from transformer.decoding.candidates import top_candidates, top_candidates_and_best
 from transformer.decoding.search import filter_logits, generate, lp, max_output_lengths
 from transformer.model.attention import make_pad_mask
 
@@ -174,6 +174,28 @@ def test_top_candidates_equal_topk_over_every_candidate(V, chunk):  # noqa: N803
     expected, index = (log_probs + scores[:, :, None]).view(B, K * V).topk(k, dim=1)
     rows = torch.arange(B)[:, None] * K + index // V  # (B, k) rows of log_probs viewed as (B*K, V)
     assert torch.equal(values, expected) and torch.equal(where, rows * V + index % V)
+
+
+@pytest.mark.parametrize("V", [4000, 23])  # chunked (160 a chunk) and not
+def test_the_best_pieces_are_argmax_with_its_ties(V):  # noqa: N803
+    """`top_candidates_and_best` gives top_candidates' values and places and, for each hypothesis, argmax over V:
+    the first of equal maxima, whether they share a chunk or not, for a row of -inf and for scores that would make
+    two chunk maxima equal once added (0.1 + 1e8 == 0.2 + 1e8 in float32)."""
+    g = torch.Generator().manual_seed(V)
+    B, K, k = 3, 4, 8
+    log_probs = torch.randn(B, K, V, generator=g).log_softmax(-1)
+    log_probs[0, 0, [5, V - 3]] = 0.0  # equal maxima in two chunks: the first wins
+    log_probs[0, 1, [V - 4, V - 3]] = 0.0  # equal maxima in one chunk
+    log_probs[1, 0] = -math.inf  # a row its controls left no piece: argmax says 0
+    log_probs[2, 0, :] = -50.0
+    log_probs[2, 0, [3, V - 1]] = torch.tensor([0.1, 0.2])  # the later is the larger, equal after + 1e8
+    scores = torch.randn(B, K, generator=g)
+    scores[2, 0] = 1e8
+    values, where, best = top_candidates_and_best(log_probs, scores, k)
+    expected_values, expected_where = top_candidates(log_probs, scores, k)
+    assert torch.equal(values, expected_values) and torch.equal(where, expected_where)
+    assert torch.equal(best, log_probs.argmax(dim=2))
+    assert best[0, 0] == 5 and best[0, 1] == V - 4 and best[1, 0] == 0 and best[2, 0] == V - 1
 
 
 @pytest.mark.parametrize(

@@ -4,16 +4,19 @@ term decode as without a glossary, terms that cannot fit are relaxed and reporte
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 
 import pytest
 import tiny_checkpoint
+import torch
 
 from transformer import Glossary, Translator, UserError
 from transformer.commands.cli import translate_main
+from transformer.decoding import translator as decoding_translator
 from transformer.decoding.glossary import Term
-from transformer.decoding.steering import steered
+from transformer.decoding.steering import steered, word_continuations
 
 LINES = ["the cat sat on the mat", "a dog ran home", "", "The Cat", "a small cat, then", "the house"]
 TERMS = "# tiny terms\ncat\tdog\nthe house\tbig\n\nsmall cat\tred\n"  # "small cat" holds "cat": the longer wins
@@ -66,14 +69,47 @@ def test_an_empty_glossary_or_one_no_line_holds_changes_nothing(tiny, translator
     assert as_tuples(translator.translate(LINES, nbest=2, glossary=Glossary([Term("zebra", "dog")]))) == plain
 
 
-def test_terms_merge_with_the_callers_constraints(tiny, translator):
+def test_terms_merge_with_the_callers_constraints(tiny, monkeypatch):
+    """The terms join the caller's phrases (each asked once), marked to end a word; with no piece that continues a
+    word, the search is that of the same phrases given as constraints."""
+    translator = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=10)
     glossary = Glossary.load(tiny["terms"])
     constraints = [["dog"], ["house"], [], [], ["mat"], []]
-    items = steered(LINES, translator.tokenizer, None, constraints, glossary)
+    items = list(steered(LINES, translator.tokenizer, None, constraints, glossary))
     asked = [s.texts if s else () for _, s in items]
     assert asked == [("dog",), ("house",), (), ("dog",), ("mat", "red"), ("big",)]  # "dog" asked once
+    assert [s.words if s else () for _, s in items] == [(False,), (False,), (), (True,), (False, True), (True,)]
+    none = lambda tokenizer: torch.zeros(tokenizer.tgt_vocab_size, dtype=torch.bool)  # noqa: E731
+    monkeypatch.setattr(decoding_translator, "word_continuations", none)
     both = translator.translate(LINES, constraints=constraints, glossary=glossary)
     assert both == translator.translate(LINES, constraints=[list(a) for a in asked])
+
+
+def test_terms_stand_as_whole_words(tiny, translator):
+    """Where a hypothesis meets a term, the next piece begins a word (or is punctuation, or there is none): never a
+    piece that continues the term's last word; the same phrase asked as a caller's constraint is continued on this
+    model ("dogyy..."), so the rule is what keeps the terms whole."""
+    glossary = Glossary.load(tiny["terms"])
+    continuing = word_continuations(translator.tokenizer).tolist()
+    continued = {}
+    for name, call in (("term", dict(glossary=glossary)), ("caller", dict(constraints=CALLERS))):
+        continued[name] = 0
+        for hyps, phrases in zip(translator.translate(LINES, nbest=3, **call), CALLERS):
+            for hyp, ids in itertools.product(hyps, translator.tokenizer.encode_tgt(phrases)):
+                after = _after_meeting(hyp.tokens, ids)
+                continued[name] += after is not None and continuing[after]
+    assert continued["term"] == 0 and continued["caller"] > 0, continued
+
+
+CALLERS = [["dog"], [], [], ["dog"], ["red"], ["big"]]  # the phrases the terms file asks of LINES
+
+
+def _after_meeting(tokens: list[int], phrase: list[int]) -> int | None:
+    """The piece after the first occurrence of `phrase` in `tokens` (where one phrase is met), None at the end."""
+    for i in range(len(tokens) - len(phrase) + 1):
+        if tokens[i : i + len(phrase)] == phrase:
+            return tokens[i + len(phrase)] if i + len(phrase) < len(tokens) else None
+    raise AssertionError(f"{phrase} not in {tokens}")
 
 
 def test_terms_that_cannot_fit_are_relaxed_reported_and_the_line_translated(tiny, caplog):
@@ -103,6 +139,28 @@ def test_the_translators_glossary_and_a_calls(tiny):
         Translator.from_checkpoint(tiny["checkpoint"], glossary="no-such.tsv")
 
 
+def test_lines_of_terms_only_get_the_glossary_beam(tiny, monkeypatch):
+    """Each line is searched with its beam: a line whose constraints are glossary terms only with max(beam,
+    glossary_beam_size), one with a caller's phrase too with max(beam, constraint_beam_size), one without any with
+    the beam; glossary_beam_size 1 leaves the terms' lines at the beam."""
+    widths = {}
+    search = decoding_translator.Translator._translate_batch
+
+    def recording(self, sources, layer=None, lines=None, settings=None):
+        widths.update((line.number, settings.beam_size) for line in lines)
+        return search(self, sources, layer, lines, settings)
+
+    monkeypatch.setattr(decoding_translator.Translator, "_translate_batch", recording)
+    glossary, constraints = Glossary.load(tiny["terms"]), [["mat"], [], [], [], [], ["cat"]]
+    for glossary_beam, terms_width in ((5, 5), (1, 3)):
+        t = Translator.from_checkpoint(
+            tiny["checkpoint"], beam_size=3, max_len_b=10, glossary_beam_size=glossary_beam, constraint_beam_size=7
+        )
+        widths.clear()
+        t.translate(LINES, constraints=constraints, glossary=glossary)
+        assert widths == {1: 7, 2: 3, 4: terms_width, 5: terms_width, 6: 7}  # line 3 is empty: not searched
+
+
 # ------------------------------------------------------------------------------------------------- the command
 
 
@@ -123,6 +181,12 @@ def test_cli_glossary_alone_and_with_a_constraints_file(tiny, translator, capsys
     assert code == 0 and out == translator.translate(LINES, glossary=glossary), err
     code, out, err = run(capsys, *common, "--constraints-file", tmp_path / "c.jsonl")
     assert code == 0 and out == translator.translate(LINES, constraints=constraints, glossary=glossary), err
+    code, out, err = run(capsys, *common, "--glossary-beam", 2)
+    narrow = Translator.from_checkpoint(
+        tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=10, glossary_beam_size=2
+    )
+    assert code == 0 and out == narrow.translate(LINES, glossary=glossary), err  # 2: the beam, 3
+    assert out != translator.translate(LINES, glossary=glossary)  # the glossary beam 5 gives other outputs
 
 
 @pytest.mark.parametrize(

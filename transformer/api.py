@@ -157,7 +157,8 @@ class Translator:
         <unk> of an output becomes the source text it is aligned to (decoding/unknown_words.py). glossary: a
         `Glossary` or a glossary file (loaded at each call: load it once with `Glossary.load`) for this call, in
         place of the translator's (None: the translator's; an empty `Glossary()`: none); the target terms of the
-        terms each input holds join its constraints (decoding/glossary.py).
+        terms each input holds join its constraints as whole words, at a beam of max(beam_size, glossary_beam_size)
+        where they are all its constraints (decoding/glossary.py).
         """
         if isinstance(texts, str):
             texts = [texts]

@@ -8,7 +8,8 @@ by the same translator, taking turns.
 - The other lines (whose source holds no term): their chrF without and with the glossary, and how many outputs
   differ (a line without a term is searched as without a glossary: 0 expected).
 - chrF and BLEU of all lines and of the lines with a term, without and with; the lines whose constraints were set
-  aside (`relaxed`); and the time: the fastest of `rounds` turns of each, and their ratio.
+  aside (`relaxed`); and the time: the fastest of `rounds` turns of each and their ratio, the ratio of the medians,
+  and every turn's time.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from statistics import median
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -83,7 +85,9 @@ def compare(translator, glossary: Glossary, sources: Sequence[str], references: 
         "lines_with_terms_scores": {name: _scores(texts[name], references, with_terms) for name in runs},
         "all_lines": {name: _scores(texts[name], references, range(len(sources))) for name in runs},
         "seconds": {name: round(value, 3) for name, value in fastest.items()},
+        "rounds": {name: [round(value, 3) for value in times] for name, times in seconds.items()},
         "time_ratio": round(fastest["with"] / max(fastest["without"], 1e-9), 3),
+        "time_ratio_median": round(median(seconds["with"]) / max(median(seconds["without"]), 1e-9), 3),
     }
 
 

@@ -28,6 +28,7 @@ DECODE_FLAGS = (
     }
 )  # command-line flag -> DecodeConfig field
 DECODE_FLAGS["constraint_beam"] = "constraint_beam_size"
+DECODE_FLAGS["glossary_beam"] = "glossary_beam_size"
 
 
 def resolve_config(stored: Config, args: argparse.Namespace) -> Config:

@@ -99,7 +99,7 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
 
 
 def steering_args(parser: argparse.ArgumentParser) -> None:
-    """Prefixes, constraints, glossaries and <unk> replacement (decoding/steering.py, glossary.py)."""
+    """Prefixes, constraints, a glossary, the beams of the lines they steer, and <unk> replacement."""
     steer = parser.add_argument_group("steering the output (docs/decoding.md)")
     steer.add_argument(
         "--prefix-file",
@@ -123,6 +123,13 @@ def steering_args(parser: argparse.ArgumentParser) -> None:
         type=count(1),
         metavar="N",
         help="the beam of lines with constraints: at least N (default: the config's decode.constraint_beam_size, 10)",
+    )
+    steer.add_argument(
+        "--glossary-beam",
+        type=count(1),
+        metavar="N",
+        help="the beam of lines whose constraints are glossary terms only: at least N (default: the config's "
+        "decode.glossary_beam_size, 5)",
     )
     steer.add_argument(
         "--replace-unk",

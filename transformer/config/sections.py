@@ -242,6 +242,7 @@ class DecodeConfig:
     max_ngram_repeats: int = 2  # no n-gram of output pieces more often than this in a row, any n (0 = off)
     nbest: int = 1  # hypotheses returned per sentence
     constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
+    glossary_beam_size: int = 5  # the beam of sentences whose constraints are glossary terms only: max(beam_size, this)
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
     sampling: bool = False  # sample instead of searching (not in the paper)
     temperature: float = 1.0  # sampling temperature
@@ -260,6 +261,7 @@ class DecodeConfig:
         require(
             self.constraint_beam_size >= 1, f"decode.constraint_beam_size must be >= 1, got {self.constraint_beam_size}"
         )
+        require(self.glossary_beam_size >= 1, f"decode.glossary_beam_size must be >= 1, got {self.glossary_beam_size}")
         require(self.alpha >= 0 and self.min_len >= 0, "decode.alpha and decode.min_len must be >= 0")
         require(self.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size must be >= 0 (0 = off)")
         require(self.max_ngram_repeats >= 0, "decode.max_ngram_repeats must be >= 0 (0 = off)")

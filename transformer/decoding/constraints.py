@@ -16,6 +16,10 @@ How:
   output lengths (`limits`), `mask` also keeps a row from ending at that length unmet: a row with exactly as many
   steps left as unmet constraint pieces may only advance a phrase, a row with fewer is dropped (-inf). The first
   phrase's forced pieces always stay possible, so a sentence whose phrases fit keeps a hypothesis that meets them.
+- A phrase may be marked to end a word (a glossary term: its target is words, not the start of one): the piece after
+  its last piece is then never one that continues a word (`continuations`, from the tokenizer: steering.py), so
+  "Esther" is met as "Esther", never inside "Esthers" or "Estherher". A phrase is still met by its pieces alone
+  (phrases.py); the rule only narrows the search's next piece where such a phrase was just met.
 - `select` (Post & Vilar's step): the candidates of a sentence are the top 2K of its K x V extensions, each
   hypothesis's best next piece, and each hypothesis's pieces that advance an unmet phrase. A candidate's bank is
   the number of constraint pieces met once it is taken. Candidates are sorted by bank, then by score, and dealt
@@ -25,7 +29,8 @@ How:
 - A sentence without constraints gets the plain top 2K, unchanged.
 - The banks share the beam, so K must be wider than for plain search (Post & Vilar: larger than the constraint
   pieces; they decode with beams of 10 to 20): the translator searches the sentences with constraints apart, with
-  a beam of max(beam_size, decode.constraint_beam_size) (translator.py's `_search_groups`).
+  a beam of max(beam_size, decode.constraint_beam_size), or of decode.glossary_beam_size where the phrases are all
+  glossary terms (translator.py's `constraint_beam`).
 - Feasibility (whether the phrases fit the maximum output length, after the target prefix) is checked by the
   caller with `Phrases.fits`, which walks the prefix under the same budget as `mask` (steering.py): a sentence that
   passes it keeps a hypothesis. A search that still ends with none (repetition blocking forbade the only pieces
@@ -38,7 +43,7 @@ from collections.abc import Sequence
 
 import torch
 
-from transformer.decoding.candidates import top_candidates
+from transformer.decoding.candidates import top_candidates_and_best
 from transformer.decoding.controls import RowSentences
 from transformer.decoding.phrases import START, ConstraintState, Phrases
 
@@ -136,7 +141,9 @@ class Automata:
 class LexicalConstraints(RowSentences):
     """Dynamic beam allocation over the rows of one batch (see the module docstring). constraints: B lists of
     phrases (each a list of target ids; an empty list: no constraints for that sentence); limits: the sentences'
-    maximum output lengths (None: no budget)."""
+    maximum output lengths (None: no budget). word_ends: B lists of one bool per phrase (missing: False), True for a
+    phrase that must end a word (a glossary term), and continuations (V,) bool the pieces that continue a word: the
+    piece after such a phrase's last piece is never one of them (`_end_words`)."""
 
     def __init__(
         self,
@@ -145,6 +152,8 @@ class LexicalConstraints(RowSentences):
         eos_id: int,
         limits: Sequence[int | None] | None = None,
         device: torch.device | str = "cpu",
+        word_ends: Sequence[Sequence[bool]] | None = None,
+        continuations: torch.Tensor | None = None,
     ) -> None:
         super().__init__(len(constraints), device)
         self.sets = [Phrases(phrases) for phrases in constraints]
@@ -154,17 +163,21 @@ class LexicalConstraints(RowSentences):
         self.limits = torch.tensor([NO_LIMIT if n is None else n for n in limits], device=device)  # (B,)
         self.node = self.automata.root.clone()  # (N,) each row's node, after its history up to the last mask
         self.met = torch.zeros(len(constraints), self.automata.lengths.size(1), dtype=torch.bool, device=device)
+        self.word_end, self.continuations = _word_ends(constraints, word_ends, continuations, self.met.shape, device)
 
     def moved(self, rows: torch.Tensor) -> None:
         rows = rows.to(self.node.device)
         self.node, self.met = self.node.index_select(0, rows), self.met.index_select(0, rows)
 
     def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
-        """Advances each row's state by its newest piece; EOS is -inf for the rows with a phrase unmet, and a row
-        with just enough steps left for its unmet pieces may only advance them (none left: every piece -inf)."""
+        """Advances each row's state by its newest piece; after a phrase that must end a word, the pieces that
+        continue it are -inf; EOS is -inf for the rows with a phrase unmet, and a row with just enough steps left for
+        its unmet pieces may only advance them (none left: every piece -inf)."""
         automata, sentence = self.automata, self.sentence
         if step > 0:
+            before = self.met
             self.node, self.met = automata.advance(self.node, self.met, tokens[:, -1].to(self.node.device))
+            self._end_words(log_probs, before)
         unmet = (automata.real[sentence] & ~self.met).any(dim=1)  # (N,)
         log_probs[:, self.eos_id].masked_fill_(unmet, NEG_INF)
         need = automata.total[sentence] - automata.bank(self.node, self.met, sentence)  # (N,)
@@ -176,35 +189,45 @@ class LexicalConstraints(RowSentences):
             log_probs[tight] = log_probs[tight].masked_fill(~keep, NEG_INF)
         return log_probs
 
+    def _end_words(self, log_probs: torch.Tensor, before: torch.Tensor) -> None:
+        """The rows whose newest piece met a phrase that must end a word (met (N, P) now, `before` it): the pieces
+        that would continue that word are -inf, so the phrase stands as whole words ("Esther", never "Esthers")."""
+        if self.continuations is None:
+            return
+        ended = (self.met & ~before & self.word_end[self.sentence]).any(dim=1).nonzero()  # (R, 1)
+        if ended.numel():
+            log_probs[ended, self.continuations] = NEG_INF  # (R, W) places
+
     def select(self, log_probs: torch.Tensor, scores: torch.Tensor, k: int):
         """interface.py's `CandidateSelector.select`: log_probs (B, K, V), scores (B, K) -> values, where,
         priority (B, k); the sentences with constraints get Post & Vilar's allocation, the others the top k."""
-        values, where = top_candidates(log_probs, scores, k)  # (B, k) each
+        values, where, best = top_candidates_and_best(log_probs, scores, k)  # (B, k), (B, k), (B, K)
         B, K, V = log_probs.shape
         steered = self.automata.real[self.sentence.view(B, K)[:, 0]].any(dim=1).nonzero().squeeze(1)  # (B',)
         if steered.numel() == 0:
             return values, where, values.clone()
         rows = steered[:, None] * K + torch.arange(K, device=steered.device)  # (B', K) their hypotheses' rows
         if steered.numel() == B:  # every sentence has constraints: no copies
-            candidates = self._candidates(rows, log_probs, scores, where - rows[:, :1] * V)
+            candidates = self._candidates(rows, log_probs, scores, where - rows[:, :1] * V, best)
             return self._allocate(rows, *candidates, k=k, vocab=V)
-        candidates = self._candidates(rows, log_probs[steered], scores[steered], where[steered] - rows[:, :1] * V)
+        top, best = where[steered] - rows[:, :1] * V, best[steered]
+        candidates = self._candidates(rows, log_probs[steered], scores[steered], top, best)
         priority = values.clone()  # (B, k)
         for out, chosen in zip((values, where, priority), self._allocate(rows, *candidates, k=k, vocab=V)):
             out[steered] = chosen.to(out.dtype)
         return values, where, priority
 
-    def _candidates(self, rows: torch.Tensor, log_probs: torch.Tensor, scores: torch.Tensor, top: torch.Tensor):
+    def _candidates(self, rows, log_probs: torch.Tensor, scores: torch.Tensor, top: torch.Tensor, best: torch.Tensor):
         """The candidates of B' sentences (their hypotheses' rows (B', K), log_probs (B', K, V), scores (B', K), top
-        (B', k) the top k's places in K x V) in the order Post & Vilar's step lists them, M = k + K(P+2) places: the
-        top k, then each hypothesis's best piece, the first pieces of its unmet phrases, the next piece of its phrase
-        in progress. -> hypothesis, piece, score (B', M), and which places are candidates (B', M) bool: finite,
-        and not listed before."""
+        (B', k) the top k's places in K x V, best (B', K) each hypothesis's best piece) in the order Post & Vilar's
+        step lists them, M = k + K(P+2) places: the top k, then each hypothesis's best piece, the first pieces of its
+        unmet phrases, the next piece of its phrase in progress. -> hypothesis, piece, score (B', M), and which
+        places are candidates (B', M) bool: finite, and not listed before."""
         automata, (_, K, V) = self.automata, log_probs.shape
         node, met, sentence = self.node[rows], self.met[rows], self.sentence[rows]  # (B', K), (B', K, P), (B', K)
         starts = automata.starts[sentence].masked_fill(met, -1)  # (B', K, P): -1 once met
         following = automata.piece[automata.first[node]].masked_fill(automata.matched[node] == 0, -1)  # (B', K)
-        extra = torch.cat([log_probs.argmax(dim=2)[:, :, None], starts, following[:, :, None]], dim=2)  # (B', K, P+2)
+        extra = torch.cat([best[:, :, None], starts, following[:, :, None]], dim=2)  # (B', K, P+2)
         hyp = torch.arange(K, device=rows.device)[None, :, None].expand_as(extra)  # (B', K, P+2)
         hyp = torch.cat([top // V, hyp.flatten(1)], dim=1)  # (B', M)
         piece = torch.cat([top % V, extra.flatten(1)], dim=1)  # (B', M)
@@ -244,3 +267,15 @@ class LexicalConstraints(RowSentences):
         where = torch.where(taken, first + hyp.gather(1, chosen) * V + piece.gather(1, chosen), first)
         priority = torch.arange(k, 0, -1, dtype=score.dtype, device=score.device).expand(B, k)
         return score.gather(1, chosen).masked_fill(~taken, NEG_INF), where, priority.masked_fill(~taken, NEG_INF)
+
+
+def _word_ends(constraints, word_ends, continuations, shape: torch.Size, device):
+    """(B, P) bool: the phrases (in `Phrases`' order, empty ones left out) that must end a word, and the ids of the
+    pieces that continue a word (W,) long; (None, None) where no phrase must."""
+    ends = torch.zeros(shape, dtype=torch.bool)  # (B, P)
+    for b, (phrases, flags) in enumerate(zip(constraints, word_ends or [])):
+        kept = [bool(flag) for phrase, flag in zip(phrases, flags) if len(phrase)]
+        ends[b, : len(kept)] = torch.tensor(kept, dtype=torch.bool)
+    if continuations is None or not ends.any():
+        return None, None
+    return ends.to(device), continuations.to(device).nonzero().squeeze(1)

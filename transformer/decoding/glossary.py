@@ -17,7 +17,8 @@ Decisions:
   the next longest that overlaps none taken, and so on. Ties: a cased term before an uncased one, then the earlier
   in the sentence, then the earlier in the glossaries (file order; of several glossaries, the first's first).
 - Each target term is asked once per sentence, in the order its source first occurs there; a phrase the caller
-  already asked for is not asked twice (`merged`).
+  already asked for is not asked twice (`merged`). A term's target is words: the search never continues its last
+  word ("Esther", not "Esthers"), where a caller's phrase may be the start of one (`TermTarget`, constraints.py).
 - Load once, match many: the terms are indexed by their first token (casefolded), so a sentence costs its tokens
   times the terms that begin with each of them, whatever the glossary's size.
 - A term is a constraint like any other: where it cannot be met (too long for the maximum output length, or in
@@ -183,10 +184,18 @@ def term_targets(sentence: str, glossaries: Sequence[Glossary]) -> list[str]:
     return list(dict.fromkeys(m.term.target for m in find_terms(sentence, glossaries)))
 
 
+class TermTarget(str):
+    """A glossary term's target among a line's constraint phrases (`merged` marks them, in the Python API and in the
+    server alike): the search keeps it whole words, and a line whose phrases are all terms gets the glossary's beam
+    (steering.py, translator.py); a plain str is a caller's phrase."""
+
+    __slots__ = ()
+
+
 def merged(phrases: Sequence[str], targets: Sequence[str]) -> list[str]:
-    """A line's constraints: the caller's `phrases`, then the glossary's `targets` not among them."""
+    """A line's constraints: the caller's `phrases`, then the glossary's `targets` not among them, as `TermTarget`s."""
     given = {p.strip() for p in phrases}
-    return list(phrases) + [t for t in targets if t not in given]
+    return list(phrases) + [TermTarget(t) for t in targets if t not in given]
 
 
 def as_glossary(glossary: Glossary | str | Path | None) -> Glossary | None:

@@ -63,8 +63,9 @@ def _set_aside(name: str, settings: DecodeConfig, steerings: list[Steering | Non
     """The settings without the control `name`; `lines`' steerings lose it in place."""
     if name in ("no_repeat_ngram_size", "max_ngram_repeats"):
         return replace(settings, **{name: 0})
+    aside = dict(phrases=[], words=()) if name == "constraints" else dict(prefix=[])
     for b in lines:
-        steerings[b] = replace(steerings[b], **{"phrases" if name == "constraints" else "prefix": []})
+        steerings[b] = replace(steerings[b], **aside)
     return settings
 
 
@@ -108,9 +109,11 @@ def steered_search(
     bos_id: int,
     eos_id: int,
     generator: torch.Generator | None = None,
+    continuations: torch.Tensor | None = None,
 ) -> tuple[list[list[Hypothesis]], list[tuple[str, ...]]]:
     """A batch's search (search.py's `generate`) with its lines' prefixes and constraints: src (B, S) long, src_mask
-    (B, 1, 1, S) bool, steerings the lines' (None: nothing asked), numbers their input line numbers -> each line's
+    (B, 1, 1, S) bool, steerings the lines' (None: nothing asked), numbers their input line numbers, continuations
+    the pieces a glossary term is never followed by (steering.py's `word_continuations`) -> each line's
     hypotheses (best first) and the controls set aside for it, in `RELAXATIONS`' order: constraints that cannot fit,
     before the search (steering.py's `checked`), and those relaxed where the controls conflicted (`search_relaxed`)."""
     before: list[tuple[str, ...]] = [()] * len(steerings)
@@ -126,7 +129,7 @@ def steered_search(
             part, mask = src[index], src_mask[index]  # (B', S), (B', 1, 1, S)
         if any(steerings):
             limits = max_output_lengths(model, mask, settings.max_len_a, settings.max_len_b).tolist()
-            controls = search_controls(steerings, limits, src.device)
+            controls = search_controls(steerings, limits, src.device, continuations)
         ids = dict(bos_id=bos_id, eos_id=eos_id)
         return generate(model, part, mask, settings, generator=generator, controls=controls, **ids)
 

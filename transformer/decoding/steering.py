@@ -11,7 +11,9 @@ Decisions:
 - A phrase is met as phrases.py's automaton meets it (each once, on pieces of its own, in any order): the
   feasibility check walks it over the prefix, the search follows it, and the report reads it over each output.
 - A glossary (glossary.py) adds, to each line's constraints, the target terms of the terms the line holds, after the
-  caller's phrases and each once; a line that holds none is steered as without it.
+  caller's phrases and each once; a line that holds none is steered as without it. A term is words: the search
+  never continues its last word (`TermTarget`, `Steering.words`, `word_continuations`; constraints.py), where a
+  caller's phrase may be the start of a word.
 - What cannot be done is reported, never dropped in silence: a sentence whose phrases cannot all be met within its
   maximum output length after its prefix (`Phrases.fits`, the search's own budget) is decoded without them, with a
   warning naming the line and the lengths, and its translations say so (`relaxed`, `unmet`: relaxation.py); a
@@ -21,20 +23,25 @@ Decisions:
 from __future__ import annotations
 
 import logging
+import re
 import reprlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+import torch
+
 from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.constraints import LexicalConstraints
 from transformer.decoding.controls import TargetPrefix
-from transformer.decoding.glossary import Glossary, merged
+from transformer.decoding.glossary import Glossary, TermTarget, merged
 from transformer.decoding.phrases import Phrases
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
 
 _MISSING = object()
+WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
+WORD_CHAR = re.compile(r"\w")
 _SHORT = reprlib.Repr()  # a value in a message: bounded in length and depth (a list nested 10,000 deep included)
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxstring = 3, 4, 40
 
@@ -46,6 +53,7 @@ class Steering:
     prefix: list[int]  # the output starts with these pieces
     phrases: list[list[int]]  # the output contains each of these, in any order
     texts: tuple[str, ...]  # the phrases as given (stripped), one per phrase: what the report names
+    words: tuple[bool, ...] = ()  # per phrase, True for a glossary term (`TermTarget`): it ends a word
 
 
 def _next(values: Iterator | None, what: str, number: int, default: object):
@@ -91,15 +99,17 @@ def steered(
             raise UserError(f"prefix for input line {number}: give a string, got {_SHORT.repr(text)}")
         for value in (text, *phrases):
             _check_text(value, number)
-        phrases = [p.strip() for p in phrases if p.strip()]
+        phrases = [p for p in phrases if p.strip()]
         if glossary:
             phrases = merged(phrases, glossary.targets(line))
         if not text.strip() and not phrases:
             yield line, None
             continue
-        ids = tokenizer.encode_tgt([text.strip()] + phrases) if text.strip() else [[]] + tokenizer.encode_tgt(phrases)
-        kept = [(p, t) for p, t in zip(ids[1:], phrases) if p]  # a phrase of no pieces asks nothing
-        yield line, Steering(prefix=ids[0], phrases=[p for p, _ in kept], texts=tuple(t for _, t in kept))
+        texts = [p.strip() for p in phrases]
+        ids = tokenizer.encode_tgt([text.strip()] + texts) if text.strip() else [[]] + tokenizer.encode_tgt(texts)
+        kept = [(i, t, isinstance(p, TermTarget)) for i, t, p in zip(ids[1:], texts, phrases) if i]  # no pieces: none
+        pieces, texts, words = ([k[n] for k in kept] for n in range(3))
+        yield line, Steering(prefix=ids[0], phrases=pieces, texts=tuple(texts), words=tuple(words))
     for values, what in ((prefixes, "prefix"), (phrase_lists, "constraints")):
         if values is not None and next(values, _MISSING) is not _MISSING:
             raise UserError(f"more {what} entries than the {number} input lines; give one per input line")
@@ -127,7 +137,7 @@ def checked(steering: Steering | None, limit: int, number: int) -> tuple[Steerin
         _needed(steering, limit),
         limit,
     )
-    return replace(steering, phrases=[]), ("constraints",)
+    return replace(steering, phrases=[], words=()), ("constraints",)
 
 
 def _fits(steering: Steering, limit: int) -> bool:
@@ -141,17 +151,29 @@ def _needed(steering: Steering, limit: int) -> int:
     return pieces if pieces > limit else max(Phrases(steering.phrases).needed(steering.prefix), limit + 1)
 
 
-def search_controls(steerings: Sequence[Steering | None], limits: Sequence[int], device) -> list:
+def search_controls(
+    steerings: Sequence[Steering | None], limits: Sequence[int], device, continuations: torch.Tensor | None = None
+) -> list:
     """The controls of one batch: its sentences' prefixes and constraints (None: nothing asked; checked first with
-    `checked`); limits: their maximum output lengths."""
+    `checked`); limits: their maximum output lengths; continuations: the pieces a glossary term is never followed by
+    (`word_continuations`; None: terms end anywhere)."""
     if all(s is None for s in steerings):
         return []
     prefixes = [s.prefix if s else [] for s in steerings]
     phrases = [s.phrases if s else [] for s in steerings]
     controls = [TargetPrefix(prefixes, device)] if any(prefixes) else []
     if any(phrases):
-        controls.append(LexicalConstraints(phrases, eos_id=EOS_ID, limits=limits, device=device))
+        ends = dict(word_ends=[s.words if s else () for s in steerings], continuations=continuations)
+        controls.append(LexicalConstraints(phrases, eos_id=EOS_ID, limits=limits, device=device, **ends))
     return controls
+
+
+def word_continuations(tokenizer) -> torch.Tensor:
+    """(V,) bool over the target pieces: True for a piece that continues the word before it, a word character first
+    and no SentencePiece word start ("s", "her", "ed"; not "\u2581and", ",", "'s", "<unk>"): what a glossary term's
+    last piece is never followed by (constraints.py)."""
+    pieces = tokenizer.pieces("tgt")
+    return torch.tensor([not p.startswith(WORD_START) and WORD_CHAR.match(p) is not None for p in pieces])
 
 
 def unmet_texts(steering: Steering | None, outputs: Sequence[Sequence[int]]) -> list[tuple[str, ...]]:

@@ -13,8 +13,10 @@ Decisions:
   precision.py, as in training: bf16 autocast on CUDA or CPU, fp16 on CUDA only, auto = bf16 on a GPU that supports
   it. The decoder's log-probabilities are float32 either way.
 - Sampling draws from a `torch.Generator` on the model's device seeded with `seed`, so output is reproducible.
-- Lines with lexical constraints are searched apart from the other lines of their batch, with a beam of
-  max(decode.beam_size, decode.constraint_beam_size) (`_search_groups`); a batch without them is searched as before.
+- Lines with lexical constraints are searched apart from the other lines of their chunk, batched together by
+  length, with a wider beam: max(decode.beam_size, decode.glossary_beam_size) where the constraints are glossary
+  terms only, else max(decode.beam_size, decode.constraint_beam_size) (`constraint_beam`, `_search_groups`); a chunk
+  without them is batched and searched as before.
 - Every line gets a translation: constraints that cannot fit are set aside before the search (steering.py), and a
   line whose controls conflict in the search is searched again with them relaxed (relaxation.py). Each
   `Translation` says which controls were set aside for its line (`relaxed`) and which phrases it does not meet
@@ -47,7 +49,7 @@ from transformer.decoding.glossary import Glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.relaxation import steered_search
 from transformer.decoding.scoring import Score, score_texts
-from transformer.decoding.steering import Steering, steered, unmet_texts
+from transformer.decoding.steering import Steering, steered, unmet_texts, word_continuations
 from transformer.decoding.unknown_words import restore_unknown
 from transformer.devices import OutOfMemoryError, avoid_cudnn_attention, out_of_memory
 from transformer.errors import UserError
@@ -99,6 +101,7 @@ class Translator:
         self.generator = torch.Generator(device=self.device).manual_seed(seed) if decode.sampling else None
         self.calibration = calibration  # the checkpoint's confidence calibration (confidence.py), or None
         self._features: LineFeatures | None = None
+        self.word_pieces: torch.Tensor | None = None  # the target pieces that continue a word, once a term asks
 
     @property
     def features(self) -> LineFeatures:
@@ -174,19 +177,17 @@ class Translator:
             return results
         encoded = self.tokenizer.encode_src([chunk[i].strip() for i in todo])
         encoded = [truncate_source(ids, self.model.max_positions, first_line + i) for i, ids in zip(todo, encoded)]
-        lengths = [len(ids) for ids in encoded]
-        order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
         surfaces = source_surfaces(self.tokenizer, [chunk[i].strip() for i in todo]) if replace_unk else None
-        for start, end in zip(bounds[:-1], bounds[1:]):
-            batch = order[start:end].tolist()
-            lines = [_Line(first_line + todo[j], steerings[todo[j]], surfaces and surfaces[j]) for j in batch]
-            for settings, group in _search_groups(self.settings, lines):  # those with constraints: a wider beam
-                found = self._translate_batch(
-                    [encoded[batch[g]] for g in group], layer, [lines[g] for g in group], settings
-                )
-                for g, translations in zip(group, found):
-                    results[todo[batch[g]]] = translations
-            progress(len(batch))
+        lines = [_Line(first_line + i, steerings[i], surfaces and surfaces[j]) for j, i in enumerate(todo)]
+        for settings, group in _search_groups(self.settings, lines):  # one search width each (constraints: wider)
+            lengths = [len(encoded[j]) for j in group]
+            order, bounds = build_batches(lengths, lengths, max_tokens=self.settings.max_tokens, seed=0)
+            for start, end in zip(bounds[:-1], bounds[1:]):
+                batch = [group[o] for o in order[start:end].tolist()]
+                found = self._translate_batch([encoded[j] for j in batch], layer, [lines[j] for j in batch], settings)
+                for j, translations in zip(batch, found):
+                    results[todo[j]] = translations
+                progress(len(batch))
         return results
 
     def _translate_batch(
@@ -209,6 +210,7 @@ class Translator:
             try:
                 steerings, numbers = [line.steering for line in lines], [line.number for line in lines]
                 ids = dict(bos_id=self.tokenizer.bos_id, eos_id=EOS_ID, generator=self.generator)
+                ids["continuations"] = self._continuations(steerings)
                 hypotheses, relaxed = steered_search(self.model, src, src_mask, settings, steerings, numbers, **ids)
                 flat = [(b, h.tokens) for b, hyps in enumerate(hypotheses) for h in hyps]
                 links = iter(align(self.model, self.tokenizer, src, flat, layer=layer) if layer is not None else [])
@@ -241,6 +243,15 @@ class Translator:
             )
         return results
 
+    def _continuations(self, steerings: list[Steering | None]) -> torch.Tensor | None:
+        """The target pieces a glossary term is never followed by (steering.py), read from the tokenizer once, where
+        a line holds a term; else None."""
+        if not any(s and any(s.words) for s in steerings):
+            return None
+        if self.word_pieces is None:
+            self.word_pieces = word_continuations(self.tokenizer)
+        return self.word_pieces
+
 
 @dataclass(frozen=True)
 class _Line:
@@ -260,19 +271,31 @@ def _padded(sources: list[list[int]], pad_id: int) -> torch.Tensor:
 
 
 def _search_groups(settings: DecodeConfig, lines: list[_Line]) -> list[tuple[DecodeConfig, list[int]]]:
-    """A batch's sentences (their places in `lines`) by the settings they are searched with: those with
-    constraints with a beam of max(beam_size, constraint_beam_size), the others with `settings` themselves, so a
-    batch without constraints is searched exactly as before. Dynamic beam allocation shares the beam among the
-    banks (one per count of constraint pieces met), so it needs a wider beam than plain search: Post & Vilar
-    (2018) require it larger than the constraint pieces and decode with beams of 10 to 20; 10, the default, was
-    chosen on the demo model's dev books (docs/decoding.md). The n-best count stays `settings.nbest`."""
-    wide = max(settings.beam_size, settings.constraint_beam_size)
-    constrained = [bool(line.steering and line.steering.phrases) for line in lines]
-    if wide == settings.beam_size or not any(constrained):
-        return [(settings, list(range(len(lines))))]
-    free = [b for b, c in enumerate(constrained) if not c]
-    groups = [(settings, free)] if free else []
-    return groups + [(replace(settings, beam_size=wide), [b for b, c in enumerate(constrained) if c])]
+    """A chunk's lines (their places in `lines`) by the settings they are searched with, each group batched apart:
+    `settings` themselves for the lines of `constraint_beam(...) == beam_size` (all of them without constraints, so
+    a chunk without constraints is searched exactly as before), and `beam_size` widened for the others, narrowest
+    first. The n-best count stays `settings.nbest`."""
+    groups: dict[int, list[int]] = {}
+    for j, line in enumerate(lines):
+        groups.setdefault(constraint_beam(settings, line.steering), []).append(j)
+    return [
+        (settings if width == settings.beam_size else replace(settings, beam_size=width), members)
+        for width, members in sorted(groups.items())
+    ]
+
+
+def constraint_beam(settings: DecodeConfig, steering: Steering | None) -> int:
+    """The beam a line is searched with: beam_size for a line without constraints; max(beam_size,
+    glossary_beam_size) for one whose constraints are all glossary terms; max(beam_size, constraint_beam_size) for
+    one with a phrase of the caller's. Dynamic beam allocation shares the beam among the banks, one per count of
+    constraint pieces met, so it needs a wider beam than plain search (Post & Vilar 2018 decode with beams of 10 to
+    20). Both widths were chosen on the demo model's dev books, against the time they cost (docs/decoding.md): the
+    rare words a caller asks gain up to 10; a glossary's frequent terms, most of which the model writes unasked,
+    keep within twice the time of translating without them at 5."""
+    if not (steering and steering.phrases):
+        return settings.beam_size
+    terms_only = len(steering.words) == len(steering.phrases) and all(steering.words)
+    return max(settings.beam_size, settings.glossary_beam_size if terms_only else settings.constraint_beam_size)
 
 
 def truncate_source(ids: list[int], limit: int, line_number: int) -> list[int]:

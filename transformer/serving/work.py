@@ -13,8 +13,9 @@ Phrases and prefixes are cut into target pieces as the translator cuts them (dec
 counts what the search would get.
 
 A line's weight is its source tokens, plus its prefix pieces, plus CONSTRAINT_WEIGHT per constraint piece: a
-constrained line is searched apart with a beam of at least `decode.constraint_beam_size` and costs several plain
-ones. The batcher's rounds (`--batch-tokens`, shared by the requests in turn) count these weights.
+constrained line is searched apart with a wider beam (`decode.glossary_beam_size` for glossary terms only, else
+`decode.constraint_beam_size`) and costs several plain ones. The batcher's rounds (`--batch-tokens`, shared by the
+requests in turn) count these weights.
 
 Everything here tokenizes: the routes call it off the event loop.
 """
