@@ -19,7 +19,7 @@ import pytest
 from test_corpus import hf_cache, make_source  # noqa: F401 (hf_cache: autouse)
 
 from transformer.config import Config, from_dict, load_config, save_config
-from transformer.data import corpus
+from transformer.data import case_augmentation, corpus
 from transformer.data import prepare as data_module
 from transformer.data.prepare import prepare_data
 
@@ -330,7 +330,9 @@ def test_the_training_corpus_is_read_once_when_the_sample_holds_it(spm_input_sen
     config = synthetic_config(tmp_path, spm_input_sentences=spm_input_sentences)
     calls = []
     stream = data_module.stream_pairs
-    monkeypatch.setattr(data_module, "stream_pairs", lambda split, *a: calls.append(split) or stream(split, *a))
+    counted = lambda split, *a: calls.append(split) or stream(split, *a)
+    monkeypatch.setattr(data_module, "stream_pairs", counted)
+    monkeypatch.setattr(case_augmentation, "stream_pairs", counted)  # the training split's reads go through it
     prepared = prepare_data(config, progress=False)
     train = prepared.splits["train"]
     assert calls.count(config.data.train) == reads and len(train) + sum(train.dropped.values()) == 4000
