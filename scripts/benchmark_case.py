@@ -22,6 +22,8 @@ from transformer.commands.cli import user_errors_exit_2
 from transformer.devices import cpu_name
 from transformer.fileio import atomic_output
 
+DECODE_KEYS = ("beam_size", "alpha", "max_len_a", "max_len_b", "max_ngram_repeats", "fold_capitals")
+
 
 @user_errors_exit_2
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": today(),
         "checkpoint": args.checkpoint,
         "case_augmentation": translator.config.data.case_augmentation,
-        "decode": {k: getattr(settings, k) for k in ("beam_size", "alpha", "max_len_a", "max_len_b")} | decode,
+        "decode": {k: getattr(settings, k) for k in DECODE_KEYS} | decode,
         "fragments": fragments_by_casing(translator, sources, args.count, args.seed),
     }
     if not args.no_test_set:

@@ -37,6 +37,23 @@ def test_one_result_per_line_in_order(loaded, caplog):
     assert "line 5: " in caplog.text and "truncated to 24" in caplog.text
 
 
+def test_a_line_in_capitals_is_translated_folded_and_upper_cased(loaded):
+    """With decode.fold_capitals (the default) a line in ALL CAPS gives its sentence-cased translation, n-best and
+    alignments included, upper-cased; other lines, in the same chunks, are translated as they are; off: as it is."""
+    model, tokenizer, config, lines = loaded
+    plain = Translator(model, tokenizer, config.replace("decode", beam_size=2, nbest=2).decode)
+    capitals = [line.upper() for line in lines[:3]]
+    folded = [line[:1].upper() + line[1:].lower() for line in capitals]  # sentence case: the lines start with a letter
+    inputs = [capitals[0], lines[3], capitals[1], capitals[2], lines[4]]
+    expected = list(plain.translate([folded[0], lines[3], folded[1], folded[2], lines[4]], alignment=True))
+    results = list(plain.translate(inputs, chunk_lines=2, alignment=True))
+    for i, (got, want) in enumerate(zip(results, expected)):
+        case = str.upper if i in (0, 2, 3) else str
+        assert [(t.text, t.tokens, t.alignment) for t in got] == [(case(t.text), t.tokens, t.alignment) for t in want]
+    off = Translator(model, tokenizer, config.replace("decode", beam_size=2, fold_capitals=False).decode)
+    assert off.translate_texts(capitals) != [results[i][0].text for i in (0, 2, 3)]  # the capitals themselves
+
+
 def test_truncated_line_keeps_eos_last(loaded):
     model, tokenizer, config, _ = loaded
     ids = translator_module.truncate_source(tokenizer.encode_src([LONG])[0], model.max_positions, 1)

@@ -2,7 +2,8 @@
 in Title Case, and on single words and short fragments of the test set's source side in the same three casings.
 
 - Casings: `data/case_augmentation.py`'s (str.upper and `title_case`), applied to both sides alike, so a casing's
-  output is scored against its reference cased the same way (sacreBLEU's chrF and BLEU, case-sensitive).
+  output is scored against its reference cased the same way (sacreBLEU's chrF and BLEU, case-sensitive); ALL CAPS
+  with and without `decode.fold_capitals` (decoding/casing.py).
 - Fragments (`fragments`): `count` single words and `count` runs of 2-3 consecutive words, drawn with `seed` from
   the source lines (words: runs of letters, digits and apostrophes; punctuation left out).
 - Per output: a loop (`has_loop`: a piece n-gram three times in a row, any n), too long (more than
@@ -86,11 +87,14 @@ def fragment_report(translator, sources: Sequence[str]) -> dict:
 
 
 def test_set_report(translator, sources: Sequence[str], references: Sequence[str]) -> dict:
-    """Per casing: chrF and BLEU against the reference cased alike, outputs with a loop, seconds."""
-    report = {}
-    for name, casing in CASINGS.items():
+    """Per casing: chrF and BLEU against the reference cased alike, outputs with a loop, seconds; ALL CAPS also
+    without `decode.fold_capitals` ("upper_not_folded") when it is on."""
+    report, runs = {}, [(name, casing, translator) for name, casing in CASINGS.items()]
+    if translator.config.decode.fold_capitals:
+        runs.append(("upper_not_folded", str.upper, translator.with_decode(fold_capitals=False)))
+    for name, casing, used in runs:
         cased = [casing(line) for line in sources]
-        best, seconds = _translate(translator, cased)
+        best, seconds = _translate(used, cased)
         hyps, refs = [hyp.text for hyp in best], [[casing(line) for line in references]]
         loops = [has_loop(hyp.tokens) for hyp in best]
         report[name] = {

@@ -240,6 +240,7 @@ class DecodeConfig:
     min_len: int = 0  # EOS is forbidden before this many output tokens (and always before the first)
     no_repeat_ngram_size: int = 0  # no n-gram of output pieces twice in a hypothesis, n in pieces (0 = off)
     max_ngram_repeats: int = 2  # no n-gram of output pieces more often than this in a row, any n (0 = off)
+    fold_capitals: bool = True  # translate a line in ALL CAPS in sentence case and upper-case its translation
     nbest: int = 1  # hypotheses returned per sentence
     constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
     glossary_beam_size: int = 5  # the beam of sentences whose constraints are glossary terms only: max(beam_size, this)

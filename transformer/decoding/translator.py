@@ -25,10 +25,13 @@ Decisions:
   (alignment.py), so the search runs as without them.
 - Every `Translation` has a `confidence` in [0, 1] (confidence.py): features of the search's result and the
   source, no extra pass, mapped by the checkpoint's calibration (`calibration`; None: the uncalibrated fallback).
+- A line in ALL CAPS is translated in sentence case and its translations upper-cased (`decode.fold_capitals`,
+  casing.py); their `tokens` are the search's, of the folded translation.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 import logging
@@ -43,6 +46,7 @@ from transformer.data.batching import build_batches
 from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
 from transformer.decoding.confidence import Calibration, LineFeatures, confidences
+from transformer.decoding.casing import fold_capitals
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
 from transformer.decoding.glossary import Glossary
@@ -139,10 +143,20 @@ class Translator:
             what = "lexical constraints need" if constraints is not None else "a glossary's terms (constraints) need"
             raise UserError(f"{what} beam search (dynamic beam allocation): a beam size of 2 or more")
         layer = resolve_layer(alignment_layer, len(self.model.decoder.layers)) if alignment else None
-        items, first, options = steered(lines, self.tokenizer, prefix, constraints, glossary), 1, (layer, replace_unk)
+        upper: collections.deque[bool] = collections.deque()  # per line read, in order: upper-case its results
+        folded = self._folded(lines, upper)
+        items, first, options = steered(folded, self.tokenizer, prefix, constraints, glossary), 1, (layer, replace_unk)
         while chunk := list(itertools.islice(items, chunk_lines)):
-            yield from self._translate_chunk(chunk, first, progress or (lambda n: None), options)
+            for results in self._translate_chunk(chunk, first, progress or (lambda n: None), options):
+                yield [replace(t, text=t.text.upper()) for t in results] if upper.popleft() else results
             first += len(chunk)
+
+    def _folded(self, lines: Iterable[str], upper: collections.deque) -> Iterator[str]:
+        """The lines to translate, those in ALL CAPS in sentence case (casing.py); `upper` gets a flag per line."""
+        for line in lines:
+            text, capitals = fold_capitals(line) if self.settings.fold_capitals else (line, False)
+            upper.append(capitals)
+            yield text
 
     def translate_texts(self, lines: Iterable[str]) -> list[str]:
         """The best translation's text for each line."""
