@@ -15,7 +15,7 @@ import json
 import torch
 
 from transformer.api import Translator
-from transformer.benchmarks.case import fragments_by_casing, test_set_report, time_run_limit
+from transformer.benchmarks.case import TEST_SET_CASINGS, fragments_by_casing, test_set_report, time_run_limit
 from transformer.benchmarks.glossary import parallel_set
 from transformer.benchmarks.stamps import today
 from transformer.commands.cli import user_errors_exit_2
@@ -31,11 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--config", required=True, help="the test set: this config's data.test (or --split valid)")
     parser.add_argument("--split", choices=("test", "valid"), default="test")
-    parser.add_argument("--count", type=int, default=200, help="single words, and as many 2-3 word fragments")
+    parser.add_argument("--count", type=int, default=200, help="single words, and as many 2-3 word fragments (0: none)")
     parser.add_argument("--seed", type=int, default=1, help="draws the words and fragments")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a decode setting, repeatable")
     parser.add_argument("--no-test-set", action="store_true", help="only the words and fragments")
+    parser.add_argument(
+        "--casings", nargs="+", choices=TEST_SET_CASINGS, default=TEST_SET_CASINGS, help="the test set's casings"
+    )
     parser.add_argument("--timing-rounds", type=int, default=0, help="time the run limit: turns without and with")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", help="also write the results here")
@@ -56,10 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint": args.checkpoint,
         "case_augmentation": translator.config.data.case_augmentation,
         "decode": {k: getattr(settings, k) for k in DECODE_KEYS} | decode,
-        "fragments": fragments_by_casing(translator, sources, args.count, args.seed),
     }
+    if args.count:
+        result["fragments"] = fragments_by_casing(translator, sources, args.count, args.seed)
     if not args.no_test_set:
-        result["test_set"] = {"lines": len(sources), **test_set_report(translator, sources, references)}
+        result["test_set"] = {"lines": len(sources), **test_set_report(translator, sources, references, args.casings)}
     if args.timing_rounds:
         result["run_limit_time"] = time_run_limit(translator, sources, args.timing_rounds)
     print(json.dumps(result, indent=1, ensure_ascii=False))

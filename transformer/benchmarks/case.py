@@ -86,12 +86,18 @@ def fragment_report(translator, sources: Sequence[str]) -> dict:
     }
 
 
-def test_set_report(translator, sources: Sequence[str], references: Sequence[str]) -> dict:
-    """Per casing: chrF and BLEU against the reference cased alike, outputs with a loop, seconds; ALL CAPS also
-    without `decode.fold_capitals` ("upper_not_folded") when it is on."""
-    report, runs = {}, [(name, casing, translator) for name, casing in CASINGS.items()]
-    if translator.config.decode.fold_capitals:
+TEST_SET_CASINGS = (*CASINGS, "upper_not_folded")
+
+
+def test_set_report(
+    translator, sources: Sequence[str], references: Sequence[str], casings: Sequence[str] = TEST_SET_CASINGS
+) -> dict:
+    """Per casing of `casings`: chrF and BLEU against the reference cased alike, outputs with a loop, seconds; ALL
+    CAPS also without `decode.fold_capitals` ("upper_not_folded", when it is on)."""
+    runs = [(name, CASINGS[name], translator) for name in CASINGS if name in casings]
+    if translator.config.decode.fold_capitals and "upper_not_folded" in casings:
         runs.append(("upper_not_folded", str.upper, translator.with_decode(fold_capitals=False)))
+    report = {}
     for name, casing, used in runs:
         cased = [casing(line) for line in sources]
         best, seconds = _translate(used, cased)
