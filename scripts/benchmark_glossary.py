@@ -2,7 +2,7 @@
 that hold no term (unchanged, expected), and the time ratio (transformer/benchmarks/glossary.py). Prints JSON.
 
     python scripts/benchmark_glossary.py --checkpoint runs/demo/checkpoint_last.pt --glossary glossary.tsv \
-        --config configs/demo.yaml [--split test] [--stride 5] [--lines 400] [--beam 4] [--glossary-beam 5]
+        --config configs/demo.yaml [--split test] [--stride 5] [--lines 400] [--beam 4] [--glossary-beam 4]
         [--threads 1] [--rounds 3] [--json out.json]
     python scripts/benchmark_glossary.py --checkpoint CKPT --glossary glossary.tsv --src test.es --ref test.en
 """

@@ -71,8 +71,11 @@ def test_an_empty_glossary_or_one_no_line_holds_changes_nothing(tiny, translator
 
 def test_terms_merge_with_the_callers_constraints(tiny, monkeypatch):
     """The terms join the caller's phrases (each asked once), marked to end a word; with no piece that continues a
-    word, the search is that of the same phrases given as constraints."""
-    translator = Translator.from_checkpoint(tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=10)
+    word and the glossary's beam that of constraints (10), the search is that of the same phrases given as
+    constraints."""
+    translator = Translator.from_checkpoint(
+        tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=10, glossary_beam_size=10
+    )
     glossary = Glossary.load(tiny["terms"])
     constraints = [["dog"], ["house"], [], [], ["mat"], []]
     items = list(steered(LINES, translator.tokenizer, None, constraints, glossary))
@@ -186,7 +189,9 @@ def test_cli_glossary_alone_and_with_a_constraints_file(tiny, translator, capsys
         tiny["checkpoint"], device="cpu", beam_size=3, max_len_b=10, glossary_beam_size=2
     )
     assert code == 0 and out == narrow.translate(LINES, glossary=glossary), err  # 2: the beam, 3
-    assert out != translator.translate(LINES, glossary=glossary)  # the glossary beam 5 gives other outputs
+    assert out != translator.translate(
+        LINES, glossary=glossary
+    )  # the glossary beam 4 (the default) gives other outputs
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,7 @@ def steering_args(parser: argparse.ArgumentParser) -> None:
         type=count(1),
         metavar="N",
         help="the beam of lines whose constraints are glossary terms only: at least N (default: the config's "
-        "decode.glossary_beam_size, 5)",
+        "decode.glossary_beam_size, 4)",
     )
     steer.add_argument(
         "--replace-unk",

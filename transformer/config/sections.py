@@ -243,7 +243,7 @@ class DecodeConfig:
     fold_capitals: bool = True  # translate a line in ALL CAPS in sentence case and upper-case its translation
     nbest: int = 1  # hypotheses returned per sentence
     constraint_beam_size: int = 10  # the beam of sentences with lexical constraints: max(beam_size, this)
-    glossary_beam_size: int = 5  # the beam of sentences whose constraints are glossary terms only: max(beam_size, this)
+    glossary_beam_size: int = 4  # the beam of sentences whose constraints are glossary terms only: max(beam_size, this)
     max_tokens: int = 8000  # padded source tokens per decoding batch, B x S (no target side; sorted by length)
     sampling: bool = False  # sample instead of searching (not in the paper)
     temperature: float = 1.0  # sampling temperature

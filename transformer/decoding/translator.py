@@ -45,8 +45,8 @@ from transformer.config import CHUNK_LINES, DecodeConfig
 from transformer.data.batching import build_batches
 from transformer.data.tokenizer import EOS_ID, source_surfaces
 from transformer.decoding.alignment import align, resolve_layer
-from transformer.decoding.confidence import Calibration, LineFeatures, confidences
 from transformer.decoding.casing import fold_capitals
+from transformer.decoding.confidence import Calibration, LineFeatures, confidences
 from transformer.decoding.cpu_linear import pack_linears
 from transformer.decoding.ensemble import members
 from transformer.decoding.glossary import Glossary
