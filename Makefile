@@ -56,11 +56,15 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) -e ".[dev,plot,documents]"
 	@touch $@
 
+# Two test files at a time (pytest-xdist, one worker per core; a file stays on one worker, so its module fixtures are
+# built once): most tests run on one thread (tests/conftest.py), and CI's 2 cores would otherwise idle one.
+PYTEST = $(BIN)/python -m pytest -q -n auto --dist loadfile
+
 test: setup-dev
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup-dev
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The Hugging Face export and import tests against transformers 4.x (the dev extra has 5.x): a venv of its own,
 # TF4_VENV, holding only transformers 4.x and seeing the dev venv's other packages. Measured on 2 shared CPU cores:

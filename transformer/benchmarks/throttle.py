@@ -75,18 +75,22 @@ def _exit_code(status: int) -> int:
 
 
 def reference_update_rate(
-    config: str = "demo", steps: int = REFERENCE_STEPS, speed: float = 1.0, cache: str | None = None
+    config: str = "demo",
+    steps: int = REFERENCE_STEPS,
+    speed: float = 1.0,
+    cache: str | None = None,
+    warmup: int = 50,
 ) -> float:
     """Training updates per second of the reference workload (`config` in `REFERENCE_SHAPE`) on this machine at
-    `speed` (wall time, so a throttled run counts its stops): updates 50..`steps` of a fresh run. cache: a
-    folder for the prepared data, to share between probes (default: a new one)."""
+    `speed` (wall time, so a throttled run counts its stops): updates `warmup`..`steps` of a fresh run (`steps` a
+    multiple of `warmup`). cache: a folder for the prepared data, to share between probes (default: a new one)."""
     with tempfile.TemporaryDirectory() as out:
         overrides = [
             *REFERENCE_SHAPE,
             f"train.max_steps={steps}",
             "train.max_time=null",
             "train.valid_every=0",
-            "train.log_every=50",
+            f"train.log_every={warmup}",
             "train.valid_bleu=false",
             "train.save_every=0",
             f"train.out_dir={out}",
@@ -99,7 +103,7 @@ def reference_update_rate(
             raise subprocess.CalledProcessError(code, command)
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     elapsed = {r["step"]: r["elapsed"] for r in records if "elapsed" in r and "valid_loss" not in r}
-    return (steps - 50) / (elapsed[steps] - elapsed[50])
+    return (steps - warmup) / (elapsed[steps] - elapsed[warmup])
 
 
 def calibrate(
