@@ -26,16 +26,27 @@ def pick_device(name: str | None = None) -> torch.device:
     return device
 
 
-def cpu_model() -> str:
-    """/proc/cpuinfo's model name ('AMD EPYC 9R14'), else what `platform` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    text = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else ""
-    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    return found[1].strip() if found else platform.processor() or platform.machine() or "unknown model"
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """'AMD EPYC 9R14, family 25 model 17, AVX-512': /proc/cpuinfo's model name (else what `platform` knows) and,
+    where cpuinfo has them, the family and model numbers (which tell CPU generations apart under one name: AMD EPYC Zen
+    1 to 5 all say 'AMD EPYC' on some clouds) and the widest vector instructions (AVX-512, AVX2 or neither), which CPU
+    speed figures depend on. `cpuinfo`: the file's text (default: read it)."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text(errors="replace") if path.is_file() else ""
+    first = cpuinfo.split("\n\n", 1)[0]  # the first processor's block
+    fields = dict(re.findall(r"^(model name|cpu family|model|flags)\s*:\s*(.*)$", first, re.MULTILINE))
+    parts = [fields.get("model name", "").strip() or platform.processor() or platform.machine() or "unknown model"]
+    if "cpu family" in fields and "model" in fields:
+        parts.append(f"family {fields['cpu family'].strip()} model {fields['model'].strip()}")
+    if "flags" in fields:
+        flags = set(fields["flags"].split())
+        parts.append("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
+    return ", ".join(parts)
 
 
 def cpu_name() -> str:
-    """'2-core CPU (AMD EPYC)': the cores this process may use and `cpu_model()`."""
+    """'2-core CPU (AMD EPYC, family 25 model 1, AVX2)': the cores this process may use and `cpu_model()`."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{cores}-core CPU ({cpu_model()})"
 
