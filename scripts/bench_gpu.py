@@ -5,11 +5,13 @@
     python scripts/bench_gpu.py --cpu-smoke --out /tmp/x --docs /tmp/x/benchmarks.md   # the test's tiny CPU run
 
 For each shape it runs scripts/benchmark.py (ours, nn.Transformer and, where `transformers` is installed, HF
-Marian, on the same batches of ~25k target tokens, bf16, interleaved rounds) in its own process, writes one JSON
-per shape, then rewrites the table between the bench-gpu markers of docs/benchmarks.md from every GPU record in
-docs/results/. MFU divides by the GPU's dense bf16 peak read from its name (transformer/benchmarks/gpu_peaks.py:
-989 TFLOP/s for an H100 SXM or H200, 756 for an H100 PCIe, ...), which each record names. Records measured
-on a CPU never enter the table, and without a GPU this script refuses to run except with --cpu-smoke.
+Marian, on the same batches of ~25k target tokens, bf16, interleaved rounds; for base also ours under torch.compile;
+then a profile of a few steps of each: host operators, GPU kernels, how busy they kept the GPU) in its own process,
+writes one JSON per shape, then rewrites the table between the bench-gpu markers of docs/benchmarks.md from every
+GPU record in docs/results/. MFU divides by the GPU's dense bf16 peak read from its name
+(transformer/benchmarks/gpu_peaks.py: 989 TFLOP/s for an H100 SXM or H200, 756 for an H100 PCIe, ...), which each
+record names. Records measured on a CPU never enter the table, and without a GPU this script refuses to run except
+with --cpu-smoke.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ SHAPES = {  # benchmark.py arguments per shape
         "5",
         "--rounds",
         "2",
+        "--profile",
+        "5",
     ],
     "big": [
         "--config",
@@ -50,9 +54,25 @@ SHAPES = {  # benchmark.py arguments per shape
         "3",
         "--rounds",
         "2",
+        "--profile",
+        "3",
     ],
-    "tiny": ["--config", "configs/tiny.yaml", "--vocab", "300", "--tokens", "300", "--steps", "2", "--warmup", "1"],
+    "tiny": [
+        "--config",
+        "configs/tiny.yaml",
+        "--vocab",
+        "300",
+        "--tokens",
+        "300",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--profile",
+        "1",
+    ],
 }
+COMPILED = {"base"}  # shapes also measured under torch.compile (`train.compile`), its compilation a minute or two
 BEGIN, END = "<!-- bench-gpu table: begin -->", "<!-- bench-gpu table: end -->"
 
 
@@ -70,7 +90,7 @@ def measure(shape: str, out: Path, peers: str) -> Path:
         "--shape",
         shape,
         "--peers",
-        peers,
+        peers + (",compiled" if shape in COMPILED else ""),
         "--json",
         str(tmp),
     ]
@@ -88,13 +108,28 @@ def _row(r: dict, name: str) -> str:
     ratio = f"{e['ours']['tokens_per_s'] / e['hf_marian']['tokens_per_s']:.2f}x" if "hf_marian" in e else "-"
     return (
         f"| {r['shape']} | {r['device']} | {r['date']} | {r['tokens_per_update']:,} | "
-        f"{e['ours']['tokens_per_s']:,.0f} | {_mfu(r)} | {e['ours']['peak_mem_gb']} | "
-        f"{peer('nn_transformer')} | {peer('hf_marian')} | {ratio} | [{name}](results/{name}) |"
+        f"{e['ours']['tokens_per_s']:,.0f} | {_mfu(r, 'ours')} | {_busy(e['ours'])} | {e['ours']['peak_mem_gb']} | "
+        f"{_compiled(r)} | {peer('nn_transformer')} | {peer('hf_marian')} | {ratio} | [{name}](results/{name}) |"
     )
 
 
-def _mfu(r: dict) -> str:
-    return f"{r['mfu']:.1%} of {r['peak_tflops']:g}" if r.get("mfu") is not None else "-"
+def _mfu(r: dict, engine: str) -> str:
+    """The engine's MFU (the record's own `mfu` is ours), of the GPU's peak."""
+    if r.get("mfu") is None:
+        return "-"
+    mfu = r["mfu"] * r["engines"][engine]["tokens_per_s"] / r["engines"]["ours"]["tokens_per_s"]
+    return f"{mfu:.1%} of {r['peak_tflops']:g}"
+
+
+def _busy(engine: dict) -> str:
+    """How busy the profiled steps kept the GPU (records before the profile have none)."""
+    profile = engine.get("profile") or {}
+    return f"{profile['gpu_busy_share']:.0%}" if "gpu_busy_share" in profile else "-"
+
+
+def _compiled(r: dict) -> str:
+    e = r["engines"].get("ours_compiled")
+    return f"{e['tokens_per_s']:,.0f} ({_mfu(r, 'ours_compiled')})" if e else "not run"
 
 
 def table(results: Path) -> str:
@@ -106,9 +141,9 @@ def table(results: Path) -> str:
             continue  # CPU figures are never shown as GPU ones
         rows.append((r["date"], _row(r, path.name)))
     head = (
-        "| shape | GPU | date | target tokens / step | ours tokens/s | MFU (of TFLOP/s) | ours peak GB | "
-        "nn.Transformer tokens/s | HF Marian tokens/s | ours / Marian | record |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| shape | GPU | date | target tokens / step | ours tokens/s | MFU (of TFLOP/s) | GPU busy | ours peak GB | "
+        "ours compiled tokens/s (MFU) | nn.Transformer tokens/s | HF Marian tokens/s | ours / Marian | record |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     body = "\n".join(row for _, row in sorted(rows, reverse=True)) or "| no GPU run of `make bench-gpu` yet |"
     return f"{head}\n{body}" if rows else body

@@ -4,8 +4,10 @@
     python scripts/benchmark.py decode --checkpoint runs/demo/checkpoint_last.pt     # decoding: see decode_main
 
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
-installed Hugging Face's `MarianMTModel`, and with `--peers reference` our model with the full-logits loss (the
-training step before the chunked pad-free loss); the measuring is transformer/benchmarks/training.py's.
+installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
+training step before the chunked pad-free loss), with `--peers compiled` ours under torch.compile (dynamic shapes, as
+`train.compile`); the measuring is transformer/benchmarks/training.py's. `--profile N` then profiles N steps of each
+(host operators, GPU kernels and how busy they kept it: a launch-bound step shows a GPU idle much of the time).
 Each model trains on the same random batches of WMT-like lengths
 (forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
 reported, and the median of the per-round ratios) so that a shared machine slows all alike; ours runs
@@ -35,6 +37,7 @@ from transformer.benchmarks.training import (
     gpu_peak,
     make_batches,
     measure,
+    profile_line,
     round_ratios,
 )
 from transformer.commands.cli import user_errors_exit_2
@@ -73,7 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         "--peers",
         default="torch,marian",
         help="comma-separated: torch, marian, reference (ours "
-        "with the full-logits loss, the step before the chunked pad-free loss)",
+        "with the full-logits loss, the step before the chunked pad-free loss), compiled (ours under torch.compile)",
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, help="then profile each engine over this many steps (host ops, GPU busy)"
     )
     parser.add_argument("--shape", default=None, help="a name for the shape, written to the JSON")
     parser.add_argument("--json", default=None, help="write the result here (docs/results/ fields)")
@@ -108,7 +114,7 @@ def run(args) -> dict:
         f"device {name}, {precision}, {params / 1e6:.1f}M params, ~{args.tokens} target tokens/batch, "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
-    results = measure(engines, batches, precision, device, args.warmup, args.rounds)
+    results = measure(engines, batches, precision, device, args.warmup, args.rounds, min(args.profile, args.steps))
     on_gpu = device.type == "cuda"
     print(f"{'model':<20}{'tokens/s':>12}{'vs ours':>9}{'MFU':>8}{'peak GB':>9}  rounds")
     for engine, r in results.items():
@@ -117,6 +123,9 @@ def run(args) -> dict:
         peak = f"{r['peak_mem_gb']:.2f}" if r["peak_mem_gb"] is not None else "-"
         print(f"{engine:<20}{r['tokens_per_s']:>12,.0f}{ratio:>8.2f}x{mfu:>8}{peak:>9}  {r['rounds']}")
     print("median of the per-round ratios:", ", ".join(f"{k} {v:.2f}x" for k, v in round_ratios(results).items()))
+    for engine, r in results.items():
+        if "profile" in r:
+            print(f"profile {engine}: {profile_line(r['profile'])}")
     ours_tok = results["ours"]["tokens_per_s"]
     return {
         "kind": "train_throughput",

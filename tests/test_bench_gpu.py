@@ -46,6 +46,8 @@ def test_cpu_smoke_writes_a_complete_record_and_keeps_it_out_of_the_gpu_table(tm
     assert set(record["engines"]) == {"ours", "nn_transformer"}
     for engine in record["engines"].values():
         assert engine["tokens_per_s"] > 0 and "peak_mem_gb" in engine
+        profile = engine["profile"]  # where a step's time goes; on a CPU without the GPU's fields
+        assert profile["steps"] == 1 and profile["host_ops_per_step"] > 100 and "gpu_busy_ms" not in profile
     assert record["tokens_per_update"] > 0 and "scripts/benchmark.py" in record["command"]
     text = docs.read_text()
     assert "no GPU run of `make bench-gpu` yet" in text and "old" not in text and text.endswith("after\n")
@@ -62,7 +64,8 @@ def test_table_shows_gpu_records_only(tmp_path):
         "mfu": 0.4123,
         "peak_tflops": 989.0,
         "engines": {
-            "ours": {"tokens_per_s": 1_000_000.0, "peak_mem_gb": 20.5},
+            "ours": {"tokens_per_s": 1_000_000.0, "peak_mem_gb": 20.5, "profile": {"gpu_busy_share": 0.404}},
+            "ours_compiled": {"tokens_per_s": 1_200_000.0, "peak_mem_gb": 18.0},
             "hf_marian": {"tokens_per_s": 400_000.0, "peak_mem_gb": 30.1},
         },
     }
@@ -73,4 +76,25 @@ def test_table_shows_gpu_records_only(tmp_path):
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert cells[1] == "NVIDIA H100 80GB HBM3" and cells[4] == "1,000,000" and cells[5] == "41.2% of 989"
-    assert cells[7] == "not run" and cells[8] == "400,000" and cells[9] == "2.50x"
+    assert cells[6] == "40%" and cells[8] == "1,200,000 (49.5% of 989)"  # the compiled MFU: 41.23% x 1.2
+    assert cells[9] == "not run" and cells[10] == "400,000" and cells[11] == "2.50x"
+
+
+def test_compiled_peer_is_ours_under_torch_compile():
+    """`--peers compiled`: our model wrapped by torch.compile (built lazily: nothing compiles here), whose loss path
+    still finds the Transformer inside (optim.batch_loss unwraps it for the output matrix)."""
+    import argparse
+
+    import torch
+
+    from transformer.benchmarks.training import build_engines
+    from transformer.config import load_config
+    from transformer.model.transformer import Transformer
+    from transformer.training.optim import _unwrap
+
+    cfg = load_config(str(ROOT / "configs" / "tiny.yaml")).model
+    args = argparse.Namespace(vocab=50, device=torch.device("cpu"), compile=False)
+    engines = build_engines(args, cfg, {"compiled"})
+    assert set(engines) == {"ours", "ours_compiled"} and engines["ours_compiled"].fused
+    compiled = engines["ours_compiled"].model
+    assert not isinstance(compiled, Transformer) and isinstance(_unwrap(compiled), Transformer)

@@ -1,6 +1,7 @@
 """Training throughput of our Transformer against peers of the same shape (scripts/benchmark.py runs it): the random
-batches, the peers (`nn.Transformer` around our embeddings and output layer; Hugging Face's Marian), one training
-step each, the interleaved timing, and the FLOPs a target token costs (for MFU).
+batches, the peers (`nn.Transformer` around our embeddings and output layer; Hugging Face's Marian; ours under
+`torch.compile`), one training step each, the interleaved timing, the FLOPs a target token costs (for MFU), and a
+profile of where a step's time goes (the host's operators against the GPU's kernels).
 
 Legend: B batch (sentences), S source length, T target length, D d_model, V vocabulary.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -134,10 +136,13 @@ def train_step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def measure(engines: dict, batches, precision: str, device: torch.device, warmup: int, rounds: int) -> dict:
+def measure(
+    engines: dict, batches, precision: str, device: torch.device, warmup: int, rounds: int, profile: int = 0
+) -> dict:
     """Target tokens/s per engine: after `warmup` untimed steps each, `rounds` interleaved rounds over all the
     batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
-    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}."""
+    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}, and
+    with `profile` > 0 each engine's `profile_steps` over that many batches after the rounds ("profile")."""
     state = {}
     for name, engine in engines.items():
         kwargs = {"fused": True} if device.type == "cuda" else {}
@@ -162,9 +167,63 @@ def measure(engines: dict, batches, precision: str, device: torch.device, warmup
                 results[name]["peak_mem_gb"] = round(max(peak, results[name]["peak_mem_gb"] or 0.0), 2)
             tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
             results[name]["rounds"].append(round(tokens / (time.perf_counter() - start), 1))
-    for result in results.values():
+    for name, result in results.items():
         result["tokens_per_s"] = statistics.median(result["rounds"])
+        if profile:
+            step_ms = 1e3 * tokens / len(batches[warmup:]) / result["tokens_per_s"]  # timed, not profiled
+            profiled = batches[warmup : warmup + profile]
+            result["profile"] = profile_steps(engines[name], state[name], profiled, precision, step_ms)
     return results
+
+
+def profile_steps(engine: Engine, optimizer, batches, precision: str, step_ms: float) -> dict:
+    """Where a training step's time goes, from torch.profiler over `batches` (after the timed rounds): the operators
+    the host dispatched per step (every `aten::` call, nested ones too: each costs the host some microseconds), and
+    on a GPU its kernels per step, the time they kept it busy per step, that time's share of `step_ms` (the step's
+    wall time in the timed rounds: the profiler slows the host, not the kernels) and the kernels that took most of
+    it. A GPU busy for much less than the step waits on the host (launch-bound: fewer, larger kernels help,
+    torch.compile or larger batches); a GPU busy all along is limited by the kernels listed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = batches[0].src.is_cuda
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
+    with profile(activities=activities) as prof:
+        for batch in batches:
+            train_step(engine, optimizer, batch, precision)
+        if on_gpu:
+            torch.cuda.synchronize()
+    events = prof.events()
+    n = len(batches)
+    ops = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"))
+    result = {"steps": n, "step_ms": round(step_ms, 2), "host_ops_per_step": round(ops / n)}
+    if on_gpu:
+        kernels = Counter()
+        for e in events:
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                kernels[e.name] += e.time_range.elapsed_us()
+        busy = sum(kernels.values()) / 1e3 / n
+        count = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        result |= {
+            "kernels_per_step": round(count / n),
+            "gpu_busy_ms": round(busy, 2),
+            "gpu_busy_share": round(busy / result["step_ms"], 3),
+            "top_kernels": [
+                {"name": name[:80], "ms_per_step": round(us / 1e3 / n, 2)} for name, us in kernels.most_common(8)
+            ],
+        }
+    return result
+
+
+def profile_line(profile: dict) -> str:
+    """One line of `profile_steps`' result, for the benchmark's output."""
+    line = f"{profile['step_ms']:.1f} ms a step, {profile['host_ops_per_step']:,} host ops a step"
+    if "gpu_busy_ms" not in profile:
+        return line
+    top = ", ".join(f"{k['name'][:40]} {k['ms_per_step']:.1f}" for k in profile["top_kernels"][:3])
+    return (
+        f"{line}, {profile['kernels_per_step']:,} kernels a step keeping the GPU busy {profile['gpu_busy_ms']:.1f} ms "
+        f"({profile['gpu_busy_share']:.0%}); top kernels (ms a step): {top}"
+    )
 
 
 def flops_per_token(model: Transformer, cfg, mean_len: int, src_per_tgt: float) -> float:
@@ -188,6 +247,8 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
     builders = {"ours": lambda: Engine(new(), True)}
     if "reference" in peers:
         builders["ours_reference_loss"] = lambda: Engine(new(), False)
+    if "compiled" in peers:  # the trainer's train.compile: one graph for every batch shape
+        builders["ours_compiled"] = lambda: Engine(torch.compile(new(), dynamic=True), True)
     if "torch" in peers:
         builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
     if "marian" in peers:
@@ -202,7 +263,7 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
             print(f"{name:<20} skipped ({type(exc).__name__}: {exc})")
             continue
         model = engine.model.to(args.device)
-        engine.model = torch.compile(model) if args.compile else model
+        engine.model = torch.compile(model) if args.compile and name != "ours_compiled" else model
         engines[name] = engine
     return engines
 
