@@ -98,3 +98,24 @@ def test_compiled_peer_is_ours_under_torch_compile():
     assert set(engines) == {"ours", "ours_compiled"} and engines["ours_compiled"].fused
     compiled = engines["ours_compiled"].model
     assert not isinstance(compiled, Transformer) and isinstance(_unwrap(compiled), Transformer)
+
+
+def test_a_failing_profile_keeps_the_figures(monkeypatch):
+    """The profile comes after the timed rounds: where the profiler fails (a device or version it does not know),
+    the record keeps the tokens/s and says why the profile is missing."""
+    import torch
+
+    from transformer.benchmarks import training
+    from transformer.config import load_config
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no profiler here")
+
+    monkeypatch.setattr(training, "profile_steps", broken)
+    cfg = load_config(str(ROOT / "configs" / "tiny.yaml")).model
+    model = training.Transformer.from_config(cfg, src_vocab_size=50, tgt_vocab_size=50, pad_id=0)
+    batches = training.make_batches(3, 60, 50, 6, torch.device("cpu"))
+    results = training.measure({"ours": training.Engine(model, True)}, batches, "fp32", torch.device("cpu"), 1, 1, 1)
+    assert results["ours"]["tokens_per_s"] > 0
+    assert results["ours"]["profile"] == {"error": "RuntimeError: no profiler here"}
+    assert training.profile_line(results["ours"]["profile"]) == "failed (RuntimeError: no profiler here)"

@@ -172,7 +172,10 @@ def measure(
         if profile:
             step_ms = 1e3 * tokens / len(batches[warmup:]) / result["tokens_per_s"]  # timed, not profiled
             profiled = batches[warmup : warmup + profile]
-            result["profile"] = profile_steps(engines[name], state[name], profiled, precision, step_ms)
+            try:  # a profiler that fails on some device or version must not cost the figures above
+                result["profile"] = profile_steps(engines[name], state[name], profiled, precision, step_ms)
+            except Exception as exc:
+                result["profile"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return results
 
 
@@ -216,6 +219,8 @@ def profile_steps(engine: Engine, optimizer, batches, precision: str, step_ms: f
 
 def profile_line(profile: dict) -> str:
     """One line of `profile_steps`' result, for the benchmark's output."""
+    if "error" in profile:
+        return f"failed ({profile['error']})"
     line = f"{profile['step_ms']:.1f} ms a step, {profile['host_ops_per_step']:,} host ops a step"
     if "gpu_busy_ms" not in profile:
         return line
