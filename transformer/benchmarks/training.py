@@ -252,7 +252,7 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
     builders = {"ours": lambda: Engine(new(), True)}
     if "reference" in peers:
         builders["ours_reference_loss"] = lambda: Engine(new(), False)
-    if "compiled" in peers:  # the trainer's train.compile: one graph for every batch shape
+    if "compiled" in peers:  # as train.compile, dynamic from the first batch: one graph for every batch shape
         builders["ours_compiled"] = lambda: Engine(torch.compile(new(), dynamic=True), True)
     if "torch" in peers:
         builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
