@@ -167,10 +167,11 @@ def measure(
                 results[name]["peak_mem_gb"] = round(max(peak, results[name]["peak_mem_gb"] or 0.0), 2)
             tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
             results[name]["rounds"].append(round(tokens / (time.perf_counter() - start), 1))
+    tokens_per_step = sum(b.n_tgt_tokens for b in batches[warmup:]) / len(batches[warmup:])
     for name, result in results.items():
         result["tokens_per_s"] = statistics.median(result["rounds"])
         if profile:
-            step_ms = 1e3 * tokens / len(batches[warmup:]) / result["tokens_per_s"]  # timed, not profiled
+            step_ms = 1e3 * tokens_per_step / result["tokens_per_s"]  # timed, not profiled
             profiled = batches[warmup : warmup + profile]
             try:  # a profiler that fails on some device or version must not cost the figures above
                 result["profile"] = profile_steps(engines[name], state[name], profiled, precision, step_ms)
@@ -200,14 +201,13 @@ def profile_steps(engine: Engine, optimizer, batches, precision: str, step_ms: f
     ops = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"))
     result = {"steps": n, "step_ms": round(step_ms, 2), "host_ops_per_step": round(ops / n)}
     if on_gpu:
+        gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]  # kernels, copies, fills
         kernels = Counter()
-        for e in events:
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                kernels[e.name] += e.time_range.elapsed_us()
+        for e in gpu:
+            kernels[e.name] += e.time_range.elapsed_us()
         busy = sum(kernels.values()) / 1e3 / n
-        count = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
         result |= {
-            "kernels_per_step": round(count / n),
+            "kernels_per_step": round(len(gpu) / n),
             "gpu_busy_ms": round(busy, 2),
             "gpu_busy_share": round(busy / result["step_ms"], 3),
             "top_kernels": [
