@@ -75,3 +75,16 @@ def test_the_measurement_runs_end_to_end_on_the_tiny_config_and_a_rerun_trains_n
     assert _script().main(argv) == 0
     assert [p.stat().st_mtime_ns for p in trained] == before  # done runs are not trained again
     assert json.loads((tmp_path / "r/d.json").read_text())["original"] == record["original"]
+
+
+def test_the_large_student_config_is_the_measured_one():
+    """configs/student_large.yaml is configs/student.yaml with the --student-set overrides of the record that met the
+    goals (docs/results/distill/demo1h_x2_student192_12600updates_2026-11-28.json), its own out_dir aside."""
+    from transformer.config import load_config
+
+    record = json.loads((ROOT / "docs/results/distill/demo1h_x2_student192_12600updates_2026-11-28.json").read_text())
+    goals_met = [value for key, value in record["goals"].items() if key.endswith("_met")]
+    assert record["plan"]["student_config"] == "configs/student.yaml" and goals_met == [True] * 3
+    measured = load_config(ROOT / "configs/student.yaml", record["plan"]["student_set"])
+    large = load_config(ROOT / "configs/student_large.yaml")
+    assert large.replace("train", out_dir=measured.train.out_dir) == measured
