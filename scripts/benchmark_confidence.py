@@ -25,7 +25,7 @@ from transformer.commands.cli import user_errors_exit_2
 from transformer.config import from_dict, load_config
 from transformer.data.corpus import load_pairs, read_lines
 from transformer.decoding.confidence import Calibration
-from transformer.decoding.translator import Translator
+from transformer.decoding.streaming import StreamingEngine
 from transformer.devices import cpu_name
 from transformer.errors import UserError
 from transformer.fileio import atomic_output
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     test = (read_lines(args.src), read_lines(args.ref)) if args.src else load_pairs(config.data.test, config.data)
     test = tuple(list(side[: args.lines or None]) for side in test)
     model, tokenizer, _ = build_model(state)
-    translator = Translator(model, tokenizer, config.decode, calibration=calibration)
+    translator = StreamingEngine(model, tokenizer, config.decode, calibration=calibration)
     valid_pairs = load_pairs(config.data.valid, config.data)
     valid = fitting_set(translator, *valid_pairs, lines=args.valid_lines, negatives=NEGATIVES)
     refit = fit(valid)

@@ -63,13 +63,13 @@ def _show_examples(sources: list[str], references: list[str], hypotheses: list[s
 
 
 def _seconds_per_sentence(config, data, device, sample: int = 64) -> float:
-    """The evaluation's beam search (a `Translator` with the config's decode settings, on the device evaluate
+    """The evaluation's beam search (a `StreamingEngine` with the config's decode settings, on the device evaluate
     picks) timed now, on this machine, with the untrained model over `sample` test sentences spread through the
     split. Untrained, it runs every sentence to the maximum length (budget.TRAINED_RATIO corrects it)."""
     import torch
 
     from transformer.data.tokenizer import PAD_ID
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
     from transformer.model.transformer import Transformer
 
     sources = list(data.splits["test"].src_text)
@@ -78,7 +78,7 @@ def _seconds_per_sentence(config, data, device, sample: int = 64) -> float:
     model = Transformer.from_config(
         config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID
     )
-    translator = Translator(model.to(device).eval(), tokenizer, config.decode, device=device)
+    translator = StreamingEngine(model.to(device).eval(), tokenizer, config.decode, device=device)
     start = time.perf_counter()
     with torch.random.fork_rng():  # the probe leaves the training run's random state as it was
         translator.translate_texts(sources)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from transformer.config import DecodeConfig
-from transformer.decoding.translator import Translation
+from transformer.decoding.streaming import Translation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from transformer import Translator as ApiTranslator
 from transformer.checkpoint import build_model, load_checkpoint, save_checkpoint
 from transformer.config import from_dict
 from transformer.decoding.confidence import Calibration
-from transformer.decoding.translator import Translator
+from transformer.decoding.streaming import StreamingEngine
 from transformer.training.calibration import (
     FLAGGED_SHARE,
     KINDS,
@@ -46,7 +46,7 @@ def tiny(tmp_path_factory):
 def test_the_fit_maps_into_0_1_and_its_threshold_flags_5_percent_of_the_validation_lines(tiny):
     checkpoint, _, sources, references = tiny
     model, tokenizer, config = build_model(load_checkpoint(checkpoint))
-    translator = Translator(model, tokenizer, config.decode)
+    translator = StreamingEngine(model, tokenizer, config.decode)
     calibration = calibrate(translator, ["", *sources], ["", *references], lines=20, negatives=8)
     texts, rows = feature_rows(translator, sources[:20])  # the empty pair is left out; the first 20 others fitted
     x = torch.tensor(rows, dtype=torch.float64)
@@ -79,6 +79,6 @@ def test_calibration_round_trips_through_a_weights_only_checkpoint(tiny, tmp_pat
     old = [hyps[0] for hyps in plain.translate(lines, nbest=1)]
     assert [t.text for t in got] == [t.text for t in old]  # the calibration changes the confidence, not the output
     model, tokenizer, _ = build_model(state)
-    _, rows = feature_rows(Translator(model, tokenizer, config.decode), lines)
+    _, rows = feature_rows(StreamingEngine(model, tokenizer, config.decode), lines)
     assert [t.confidence for t in got] == pytest.approx(calibration(torch.tensor(rows)).tolist())
     assert stored["about"].startswith("fitted on 30 validation lines")

@@ -163,10 +163,10 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
     code, out, _ = translate(capsys, "--checkpoint", tiny["checkpoint"], "--output", "-", lines[0], "", lines[1])
     assert code == 0 and len(out) == 3 and out[1] == "" and not (Path.cwd() / "-").exists()
     from transformer.checkpoint import load_for_inference
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
 
     model, tokenizer, config = load_for_inference(tiny["checkpoint"], "cpu")
-    translator = Translator(model, tokenizer, config.decode.__class__(beam_size=1, max_tokens=20))
+    translator = StreamingEngine(model, tokenizer, config.decode.__class__(beam_size=1, max_tokens=20))
     counts: list[int] = []
     results = list(translator.translate([*lines, ""], chunk_lines=1000, progress=counts.append))
     assert len(results) == len(lines) + 1 and sum(counts) == len(lines) + 1

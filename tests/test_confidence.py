@@ -13,7 +13,7 @@ import torch
 from transformer.checkpoint import load_for_inference
 from transformer.decoding.confidence import FEATURES, Calibration, LineFeatures, confidences, fit_logistic
 from transformer.decoding.scoring import score_ids
-from transformer.decoding.translator import Translator
+from transformer.decoding.streaming import StreamingEngine
 from transformer.training.calibration import spearman
 
 PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581casa", "s", "\u2581", "<0x31>", "\u2581de", "la"]
@@ -71,11 +71,11 @@ def _by_hand(tokenizer, model, line: str, tokens: list[int]) -> list[float]:
 
 def test_the_translators_confidence_is_its_features_through_the_map(tiny):
     model, tokenizer, config = tiny
-    uncalibrated = list(Translator(model, tokenizer, config.decode).translate(LINES))
+    uncalibrated = list(StreamingEngine(model, tokenizer, config.decode).translate(LINES))
     weight = torch.tensor([1.0, -1.0, -2.0, -3.0], dtype=torch.float64)
     mean, std = torch.tensor([-1.0, 0.0, 0.5, 0.5], dtype=torch.float64), torch.full((4,), 2.0, dtype=torch.float64)
     calibration = Calibration(mean, std, weight, 0.5, threshold=0.3)
-    calibrated = list(Translator(model, tokenizer, config.decode, calibration=calibration).translate(LINES))
+    calibrated = list(StreamingEngine(model, tokenizer, config.decode, calibration=calibration).translate(LINES))
     compared = 0
     for line, [plain], [mapped] in zip(LINES, uncalibrated, calibrated):
         assert plain.text == mapped.text and 0 <= plain.confidence <= 1 and 0 <= mapped.confidence <= 1

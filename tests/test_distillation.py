@@ -22,7 +22,7 @@ from test_ensemble import _ensemble_log_prob
 
 from transformer.checkpoint import load_checkpoint
 from transformer.commands.cli import distill_main
-from transformer.decoding import translator as engine
+from transformer.decoding import streaming as engine
 from transformer.decoding.ensemble import load_models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,14 +125,14 @@ def test_the_student_can_train_beside_the_original_pairs(inputs, tmp_path):
 
 def test_an_ensemble_teacher_scores_with_its_members_mean_probability(inputs, tmp_path, monkeypatch):
     found = []
-    real = engine.Translator.translate
+    real = engine.StreamingEngine.translate
 
     def recording(self, lines, **kwargs):
         for results in real(self, lines, **kwargs):
             found.append(results[0])
             yield results
 
-    monkeypatch.setattr(engine.Translator, "translate", recording)
+    monkeypatch.setattr(engine.StreamingEngine, "translate", recording)
     both = _translate(inputs, tmp_path / "both", teachers=("teacher", "sibling")).decode().splitlines()
     models, tokenizer, _ = load_models([inputs["teacher"], inputs["sibling"]])
     for line, hypothesis in zip(both, found):

@@ -14,11 +14,11 @@ from conftest import BOS, EOS, PAD, random_tokens, tiny_model
 
 from transformer import Translator
 from transformer.data.tokenizer import Tokenizer
-from transformer.decoding import cpu_linear, translator
+from transformer.decoding import cpu_linear, streaming
 from transformer.decoding.cpu_linear import PackedLinear
 from transformer.decoding.ensemble import Ensemble, load_models, mean_log_probs
 from transformer.decoding.search import beam_search, greedy_decode
-from transformer.decoding.translator import Translator as Engine
+from transformer.decoding.streaming import StreamingEngine as Engine
 from transformer.errors import UserError
 from transformer.model.attention import make_pad_mask
 
@@ -112,7 +112,7 @@ def test_the_cpu_copy_packs_every_model_and_decodes_the_same(checkpoints, monkey
     assert isinstance(packed.model, Ensemble) and len(packed.model.models) == 2
     assert not any(type(m) is torch.nn.Linear for m in packed.model.modules())
     assert [sum(type(m) is PackedLinear for m in one.modules()) > 0 for one in packed.model.models] == [True, True]
-    monkeypatch.setattr(translator, "pack_linears", lambda model: model)
+    monkeypatch.setattr(streaming, "pack_linears", lambda model: model)
     plain = Engine(model, tokenizer, config.decode)
     assert any(type(m) is torch.nn.Linear for m in plain.model.modules())
     expected = [r[0] for r in plain.translate(lines)]

@@ -17,8 +17,8 @@ from tiny_checkpoint import build_trained, sentences
 from transformer.checkpoint import build_model, load_checkpoint, model_state, save_checkpoint
 from transformer.commands.cli import export_main
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer.decoding.export import hf_permutation
 from transformer.decoding.search import beam_search, greedy_decode
+from transformer.interop.export import hf_permutation
 from transformer.model.attention import make_pad_mask
 from transformer.model.embeddings import sinusoid_table
 
@@ -121,7 +121,7 @@ def test_hf_pipeline_translates(trained, hf_export):
     _, model, tokenizer, config, _, texts = trained
     from transformers import pipeline
 
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
 
     try:
         translator = pipeline("translation", model=str(hf_export[0]), device="cpu")
@@ -129,7 +129,7 @@ def test_hf_pipeline_translates(trained, hf_export):
         pytest.skip(f"this transformers has no translation pipeline: {exc}")
     theirs = [r["translation_text"] for r in translator(texts[:6], num_beams=1, max_new_tokens=MAX_NEW)]
     decode = config.decode.__class__(beam_size=1, max_len_a=0.0, max_len_b=MAX_NEW)
-    assert theirs == Translator(model, tokenizer, decode).translate_texts(texts[:6])
+    assert theirs == StreamingEngine(model, tokenizer, decode).translate_texts(texts[:6])
 
 
 def test_hf_refuses_learned_positions(tmp_path, capsys):

@@ -14,7 +14,7 @@ import torch
 
 from transformer import Glossary, Translator, UserError
 from transformer.commands.cli import translate_main
-from transformer.decoding import translator as decoding_translator
+from transformer.decoding import streaming as streaming
 from transformer.decoding.glossary import Term
 from transformer.decoding.steering import steered, word_continuations
 
@@ -83,7 +83,7 @@ def test_terms_merge_with_the_callers_constraints(tiny, monkeypatch):
     assert asked == [("dog",), ("house",), (), ("dog",), ("mat", "red"), ("big",)]  # "dog" asked once
     assert [s.words if s else () for _, s in items] == [(False,), (False,), (), (True,), (False, True), (True,)]
     none = lambda tokenizer: torch.zeros(tokenizer.tgt_vocab_size, dtype=torch.bool)  # noqa: E731
-    monkeypatch.setattr(decoding_translator, "word_continuations", none)
+    monkeypatch.setattr(streaming, "word_continuations", none)
     both = translator.translate(LINES, constraints=constraints, glossary=glossary)
     assert both == translator.translate(LINES, constraints=[list(a) for a in asked])
 
@@ -147,13 +147,13 @@ def test_lines_of_terms_only_get_the_glossary_beam(tiny, monkeypatch):
     glossary_beam_size), one with a caller's phrase too with max(beam, constraint_beam_size), one without any with
     the beam; glossary_beam_size 1 leaves the terms' lines at the beam."""
     widths = {}
-    search = decoding_translator.Translator._translate_batch
+    search = streaming.StreamingEngine._translate_batch
 
     def recording(self, sources, layer=None, lines=None, settings=None):
         widths.update((line.number, settings.beam_size) for line in lines)
         return search(self, sources, layer, lines, settings)
 
-    monkeypatch.setattr(decoding_translator.Translator, "_translate_batch", recording)
+    monkeypatch.setattr(streaming.StreamingEngine, "_translate_batch", recording)
     glossary, constraints = Glossary.load(tiny["terms"]), [["mat"], [], [], [], [], ["cat"]]
     for glossary_beam, terms_width in ((5, 5), (1, 3)):
         t = Translator.from_checkpoint(

@@ -278,7 +278,7 @@ def test_an_engine_checked_in_its_own_process(monkeypatch, tmp_path, code, stdou
 
 def test_half_precision_is_judged_by_agreement_and_chrf():
     from transformer.benchmarks.gpu_check_decoding import _judge
-    from transformer.decoding.translator import Translation
+    from transformer.decoding.streaming import Translation
 
     def outputs(texts):
         return [Translation(text=t, score=0.0, log_prob=0.0, tokens=[len(w) for w in t.split()]) for t in texts]

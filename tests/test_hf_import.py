@@ -1,4 +1,4 @@
-"""transformer-import --format hf (decoding/hf_import.py), checked against Hugging Face's own MarianMTModel on a
+"""transformer-import --format hf (interop/hf_import.py), checked against Hugging Face's own MarianMTModel on a
 Marian directory built here (tests/marian_dir.py: random weights, swish, non-zero final_logits_bias, OPUS-MT's id
 layout with the decoder started by the pad id). The oracle is transformers itself: its logits, its `generate`, its
 MarianTokenizer; and the export's round trips."""
@@ -20,9 +20,9 @@ from marian_dir import build_marian_dir, corpus  # noqa: E402
 from transformer.checkpoint import build_model, load_checkpoint  # noqa: E402
 from transformer.config import DecodeConfig  # noqa: E402
 from transformer.data.tokenizer import EOS_ID  # noqa: E402
-from transformer.decoding.export import export_checkpoint  # noqa: E402
-from transformer.decoding.hf_import import import_checkpoint  # noqa: E402
 from transformer.decoding.search import generate  # noqa: E402
+from transformer.interop.export import export_checkpoint  # noqa: E402
+from transformer.interop.hf_import import import_checkpoint  # noqa: E402
 from transformer.model.attention import make_pad_mask  # noqa: E402
 
 SENTENCES = corpus(lines=50, skip=600)[0]  # 50 Spanish verses the SentencePiece models were not trained on

@@ -38,6 +38,7 @@ ALLOWED = {
     "model": {"transformer.config"},
     "data": SHARED,
     "decoding": SHARED | {"transformer.model", "transformer.data", "transformer.checkpoint"},
+    "interop": SHARED | {"transformer.model", "transformer.data", "transformer.checkpoint"},
     "training": SHARED
     | {
         "transformer.model",

@@ -150,16 +150,16 @@ class _Terminal(io.StringIO):
 
 def test_progress_shows_lines_done_and_the_time_left(world, tmp_path, monkeypatch):
     """Reading a file, the bar knows the total: it shows `done/total [elapsed<remaining]` while lines are done."""
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
 
-    real = Translator._translate_batch
+    real = StreamingEngine._translate_batch
 
     def slow(self, *args, **kwargs):  # a batch takes 0.06 s, so that the bar redraws (at most every 0.1 s) part-way
         time.sleep(0.06)
         return real(self, *args, **kwargs)
 
     (tmp_path / "in.txt").write_text("the cat\n" * 8, encoding="utf-8")
-    monkeypatch.setattr(Translator, "_translate_batch", slow)
+    monkeypatch.setattr(StreamingEngine, "_translate_batch", slow)
     monkeypatch.setattr(sys, "stderr", terminal := _Terminal())
     argv = ["--checkpoint", world["ckpt"], "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o")]
     assert cli.translate_main([*argv, "--chunk-lines", "1"]) == 0

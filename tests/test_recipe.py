@@ -215,9 +215,9 @@ def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_pr
     paths = tiny_checkpoint.build(tmp_path)
     _, _, config = checkpoint.load_for_inference(paths["checkpoint"])
     config = config.replace("train", precision=train_precision).replace("decode", precision=decode_precision)
-    from transformer.decoding import translator
+    from transformer.decoding import streaming
 
-    seen, build_model, pack_linears = [], checkpoint.build_model, translator.pack_linears
+    seen, build_model, pack_linears = [], checkpoint.build_model, streaming.pack_linears
     watch = lambda model: model.output_proj.register_forward_hook(lambda m, i, output: seen.append(output.dtype))  # noqa: E731
 
     def watched(*args, **kwargs):
@@ -231,7 +231,7 @@ def test_scoring_decodes_at_the_decode_precision(tmp_path, monkeypatch, train_pr
         return model
 
     monkeypatch.setattr(checkpoint, "build_model", watched)
-    monkeypatch.setattr(translator, "pack_linears", packed)
+    monkeypatch.setattr(streaming, "pack_linears", packed)
     monkeypatch.setattr("transformer.devices.pick_device", lambda name=None: torch.device("cpu"))
     scores, sentences = score_average(config, tmp_path, [paths["checkpoint"]])
     assert set(seen) == {dtype} and sentences == 12 and 0 <= scores["bleu"] <= 100

@@ -15,7 +15,7 @@ pytest.importorskip("uvicorn")
 from serve_client import ScriptedEngine, call, in_process  # noqa: E402
 
 from transformer.config import DecodeConfig, ServeConfig  # noqa: E402
-from transformer.decoding.translator import Translation  # noqa: E402
+from transformer.decoding.streaming import Translation  # noqa: E402
 
 LANGS = {"source": "es", "target": "en"}
 

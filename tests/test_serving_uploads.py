@@ -23,7 +23,7 @@ from document_samples import EXTENSIONS, sample  # noqa: E402
 from serve_client import EchoEngine, ScriptedEngine, call, download, in_process, raw, upload  # noqa: E402
 
 from transformer.config import ServeConfig  # noqa: E402
-from transformer.decoding.translator import Translation  # noqa: E402
+from transformer.decoding.streaming import Translation  # noqa: E402
 
 LANGS = {"source": "es", "target": "en"}
 MEDIA = {

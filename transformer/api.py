@@ -15,7 +15,7 @@
     t.translate(["Hola."], nbest=1)[0][0].confidence  # -> 0.71: in [0, 1] (decoding/confidence.py)
     t.confidence_threshold            # the checkpoint's default threshold (None: not calibrated)
 
-A thin layer over `translator.Translator` (the streaming engine behind transformer-translate): the same sorting
+A thin layer over `streaming.StreamingEngine` (the engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
 checkpoint's `decode` section; keyword arguments replace fields of `DecodeConfig` (beam_size, alpha,
 length_penalty, max_len_a, max_len_b, min_len, max_tokens, ...), validated as the config is.
@@ -44,8 +44,7 @@ from transformer.decoding.cpu_linear import quantize_int8
 from transformer.decoding.glossary import Glossary, as_glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score
-from transformer.decoding.translator import Translation, truncate_source, with_settings
-from transformer.decoding.translator import Translator as _Engine
+from transformer.decoding.streaming import StreamingEngine, Translation, truncate_source, with_settings
 from transformer.errors import UserError
 
 
@@ -67,8 +66,8 @@ class Translator:
         self.device, self.precision = device, precision
         self.glossary = glossary  # the glossary of every `translate` call that names none
         self.calibration = calibration  # the confidence's map (decoding/confidence.py), None: uncalibrated
-        self._engines: dict[int, _Engine] = {}
-        self._shared: dict[str, _Engine] = {}  # the first engine built, shared with `with_decode`'s translators
+        self._engines: dict[int, StreamingEngine] = {}
+        self._shared: dict[str, StreamingEngine] = {}  # the first engine built, shared with `with_decode`'s translators
 
     def with_decode(self, **decode: object) -> Translator:
         """This translator with `decode` keywords replacing decoding settings (beam_size, alpha, max_len_b, ...),
@@ -114,7 +113,7 @@ class Translator:
             model, tokenizer, config, device=device, precision=precision, glossary=glossary, calibration=calibration
         )
 
-    def _engine(self, nbest: int) -> _Engine:
+    def _engine(self, nbest: int) -> StreamingEngine:
         if nbest not in self._engines:
             beam = self.config.decode.beam_size
             if nbest > beam:
@@ -123,7 +122,7 @@ class Translator:
                 )
             decode = dataclasses.replace(self.config.decode, nbest=nbest)
             if "engine" not in self._shared:
-                self._shared["engine"] = _Engine(
+                self._shared["engine"] = StreamingEngine(
                     self.model,
                     self.tokenizer,
                     decode,
@@ -217,7 +216,7 @@ class SentenceAdapter:
     translation of each sentence with its word alignment (None from an ensemble, which has no one attention), and
     whether a sentence is within the model's positions; with a glossary, each sentence's terms are constraints."""
 
-    def __init__(self, engine: _Engine, glossary: Glossary | None = None) -> None:
+    def __init__(self, engine: StreamingEngine, glossary: Glossary | None = None) -> None:
         self.engine, self.glossary = engine, glossary
         self.alignment = isinstance(engine.model, AttentionModel)
 

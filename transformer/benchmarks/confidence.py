@@ -70,7 +70,7 @@ def measure(
     *,
     negatives: int = 0,
 ) -> dict:
-    """The module docstring's measures. translator: decoding/translator.py's, with `calibration`; test: (sources,
+    """The module docstring's measures. translator: decoding/streaming.py's, with `calibration`; test: (sources,
     references); valid: the validation set's fitting set (calibration.fitting_set); negatives: test lines made into
     inputs of each kind (0: all)."""
     sources, references = test

@@ -162,7 +162,7 @@ def build_engine(name: str, compute: str, threads: int, source, device: str = "c
     `ct2_engine`)."""
     torch.set_num_threads(threads)
     if device == "cuda":
-        avoid_cudnn_attention()  # ours and HF alike, as `Translator` does: cuDNN would plan every new shape anew
+        avoid_cudnn_attention()  # ours and HF alike, as `StreamingEngine` does: cuDNN would plan every new shape anew
     dtype, ct2_compute = COMPUTES[compute]
     if name == "ours":
         from transformer.decoding.cpu_linear import pack_linears, quantize_int8
@@ -350,13 +350,13 @@ def decode_engines(
 
 
 def _export_ct2(model, tokenizer, config, tmp) -> None:
-    from transformer.decoding.export import export_ctranslate2
+    from transformer.interop.export import export_ctranslate2
 
     export_ctranslate2(model, tokenizer, config, tmp / "ct2", spm=False)
 
 
 def _export_hf(model, config, tmp) -> None:
-    from transformer.decoding.export import hf_model_from_ours
+    from transformer.interop.export import hf_model_from_ours
 
     hf_model_from_ours(model, config).save_pretrained(tmp / "hf")
 

@@ -79,9 +79,9 @@ def _decode_all(engine, rows, batches, settings) -> list[list[int]]:
 
 
 def _export(fmt: str, checkpoint: Path, work: Path) -> Path:
-    from transformer.decoding.export import export_checkpoint
+    from transformer.interop.export import export_checkpoint
 
-    export_log = logging.getLogger("transformer.decoding.export")
+    export_log = logging.getLogger("transformer.interop.export")
     export_log.setLevel(logging.ERROR)  # its note on generate's length penalty: the comparison here is greedy
     try:
         return export_checkpoint(checkpoint, fmt, work)

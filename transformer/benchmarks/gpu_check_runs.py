@@ -35,6 +35,7 @@ CHECK_DEPENDS = (
     "transformer/data",
     "transformer/training",
     "transformer/decoding",
+    "transformer/interop",
     "transformer/commands",
     "transformer/benchmarks/gpu_check*.py",
     "transformer/benchmarks/decode.py",

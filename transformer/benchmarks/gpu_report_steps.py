@@ -31,11 +31,12 @@ BASE_SHAPE = "base (6+6, d512, ff2048, V8000)"  # the name docs/results/decode_c
 
 # What the steps run, for their stamps (stamps.dependency_stamp: files, folders or glob patterns of the checkout).
 CORE = ("transformer/*.py", "transformer/model", "transformer/data")
-LIBRARY = (*CORE, "transformer/training", "transformer/decoding", "transformer/commands")
+LIBRARY = (*CORE, "transformer/training", "transformer/decoding", "transformer/interop", "transformer/commands")
 TRAIN_DEPENDS = (
     *CORE,
     "transformer/training",
-    "transformer/decoding/export.py",
+    "transformer/interop/export.py",
+    "transformer/interop/marian.py",
     "transformer/commands/cli.py",
     "scripts/bench_gpu.py",
     "scripts/benchmark.py",
@@ -46,6 +47,7 @@ TRAIN_DEPENDS = (
 DECODE_DEPENDS = (
     *CORE,
     "transformer/decoding",
+    "transformer/interop",
     "transformer/commands/cli.py",
     "transformer/benchmarks/decode.py",
     "scripts/benchmark.py",
@@ -170,7 +172,7 @@ def probe_ctranslate2(device: str) -> str | None:
     from transformer.benchmarks.decode import RandomPieces
     from transformer.config import load_config
     from transformer.data.tokenizer import PAD_ID
-    from transformer.decoding.export import export_ctranslate2
+    from transformer.interop.export import export_ctranslate2
     from transformer.model.transformer import Transformer
 
     config = load_config(ROOT / "configs" / "tiny.yaml")

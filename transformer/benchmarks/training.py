@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from transformer.data.batching import Batch
-from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.data.tokenizer import PAD_ID
 from transformer.model.transformer import Transformer
 from transformer.precision import autocast
 from transformer.training.loss import label_smoothed_loss
@@ -76,24 +76,10 @@ class TorchPeer(nn.Module):
 def marian_peer(cfg, vocab: int):
     from transformers import MarianConfig, MarianMTModel
 
-    config = MarianConfig(
-        vocab_size=vocab,
-        d_model=cfg.d_model,
-        encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers,
-        encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
-        dropout=cfg.dropout,
-        activation_function="relu",
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
-        max_position_embeddings=1024,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-    )
+    from transformer.interop.marian import marian_fields
+
+    fields = marian_fields(cfg, vocab, training=True)
+    config = MarianConfig(decoder_vocab_size=vocab, share_encoder_decoder_embeddings=True, **fields)
     model = MarianMTModel(config)
 
     class Wrapped(nn.Module):

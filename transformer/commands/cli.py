@@ -200,7 +200,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 def export_main(argv: list[str] | None = None) -> int:
     """transformer-export --checkpoint CKPT --format hf|ctranslate2 --output DIR"""
     args = build_parser("export", _export_args).parse_args(argv)
-    from transformer.decoding.export import export_checkpoint
+    from transformer.interop.export import export_checkpoint
 
     output = export_checkpoint(args.checkpoint, args.format, args.output, args.quantization)
     print(f"wrote {args.format} model to {output}")
@@ -218,7 +218,7 @@ def _import_args(parser: argparse.ArgumentParser) -> None:
 def import_main(argv: list[str] | None = None) -> int:
     """transformer-import --format hf DIR --output CKPT"""
     args = build_parser("import", _import_args).parse_args(argv)
-    from transformer.decoding.hf_import import import_checkpoint
+    from transformer.interop.hf_import import import_checkpoint
 
     summary = import_checkpoint(args.directory, args.output)
     print(f"wrote {args.output}: {summary}")

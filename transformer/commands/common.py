@@ -1,5 +1,5 @@
 """What `transformer-translate` and `transformer-evaluate` share: the settings, the checkpoint loaded into a
-`Translator`, the progress bar and standard input.
+`StreamingEngine`, the progress bar and standard input.
 
 Settings, lowest to highest precedence: the config stored in the checkpoint, then `--config F` (its sections
 replace the checkpoint's key by key; a split such as `data.test` is replaced whole), then `--set key=value`, then
@@ -63,7 +63,7 @@ def load_translator(args: argparse.Namespace):
 
     from transformer.decoding.confidence import read_calibration
     from transformer.decoding.ensemble import load_models
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
     from transformer.devices import pick_device
     from transformer.precision import resolve_precision
 
@@ -75,7 +75,7 @@ def load_translator(args: argparse.Namespace):
     if args.threads:
         torch.set_num_threads(args.threads)
     calibration = read_calibration(args.checkpoint)  # the confidence's map (decoding/confidence.py)
-    return Translator(model, tokenizer, config.decode, device=device, calibration=calibration), config, device
+    return StreamingEngine(model, tokenizer, config.decode, device=device, calibration=calibration), config, device
 
 
 @contextlib.contextmanager

@@ -99,12 +99,12 @@ def _check_languages(teacher: Config, student: Config) -> None:
 
 
 def load_teacher(args: argparse.Namespace, student: Config):
-    """(decoding.translator.Translator, identity for the chunks' manifest) from --teacher and the search flags."""
+    """(decoding.streaming.StreamingEngine, identity for the chunks' manifest) from --teacher and the search flags."""
     import torch
 
     from transformer.data.corpus import split_identity
     from transformer.decoding.ensemble import load_models
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
     from transformer.devices import pick_device
     from transformer.precision import resolve_precision
 
@@ -127,7 +127,7 @@ def load_teacher(args: argparse.Namespace, student: Config):
         "chunk_lines": args.chunk_lines,
         "source": split_identity(student.data.train),
     }
-    return Translator(model, tokenizer, decode, device=device), identity
+    return StreamingEngine(model, tokenizer, decode, device=device), identity
 
 
 @dataclass(frozen=True)

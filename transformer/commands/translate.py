@@ -173,7 +173,7 @@ def _constraint_lists(path: str) -> Iterator[list]:
 
 
 def _steering(args: argparse.Namespace, glossary: Glossary | None) -> dict:
-    """Translator.translate's prefix, constraints, replace_unk and glossary from --prefix-file, --constraints-file
+    """StreamingEngine.translate's prefix, constraints, replace_unk and glossary from --prefix-file, --constraints-file
     and --replace-unk (the files read lazily, beside the input), and the loaded --glossary."""
     for flag, path in (("--prefix-file", args.prefix_file), ("--constraints-file", args.constraints_file)):
         if path and not Path(path).is_file():

@@ -28,7 +28,7 @@ import torch
 
 from transformer.data.tokenizer import EOS_ID
 from transformer.decoding.confidence import Calibration, fit_logistic
-from transformer.decoding.translator import Translator
+from transformer.decoding.streaming import StreamingEngine
 from transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,14 @@ def not_source_inputs(sources: Sequence[str], references: Sequence[str], *, seed
     return {"shuffled": shuffled, "target_language": list(references), "digits": digits}
 
 
-def feature_rows(translator: Translator, lines: Sequence[str], progress: Callable[[int], Any] | None = None):
+def feature_rows(translator: StreamingEngine, lines: Sequence[str], progress: Callable[[int], Any] | None = None):
     """Each line's best translation and its features (confidence.FEATURES) as the translator computes them: (texts,
     rows)."""
     best = [hyps[0] for hyps in translator.translate(list(lines), progress=progress)]
     return [t.text for t in best], rows_of(translator, lines, best)
 
 
-def rows_of(translator: Translator, lines: Sequence[str], best: Sequence) -> list[list[float]]:
+def rows_of(translator: StreamingEngine, lines: Sequence[str], best: Sequence) -> list[list[float]]:
     """The features of each line's translation (a `Translation`), its source ids cut as the translator cuts them."""
     limit = translator.model.max_positions
     sources = translator.tokenizer.encode_src([line.strip() for line in lines])
@@ -82,7 +82,7 @@ class FittingSet:
 
 
 def fitting_set(
-    translator: Translator,
+    translator: StreamingEngine,
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -124,7 +124,7 @@ def fit(data: FittingSet, *, without: Sequence[str] = ()) -> Calibration:
 
 
 def calibrate(
-    translator: Translator,
+    translator: StreamingEngine,
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -159,7 +159,7 @@ def calibrate_state(
         )
     sources, references = load_pairs(config.data.valid, config.data)
     model, tokenizer, _ = build_model(state, device)
-    translator = Translator(model, tokenizer, config.decode, device=device)
+    translator = StreamingEngine(model, tokenizer, config.decode, device=device)
     calibration = calibrate(translator, sources, references, lines=lines, progress=progress)
     return {**state, "confidence": calibration.to_state()}
 

@@ -64,7 +64,7 @@ def row(source: str, output: str, target: str, log_prob: float, pieces: int) -> 
 
 
 def translate_chunk(translate: Callable, sources: list[str], targets: list[str], progress: Callable) -> list[str]:
-    """The rows of one chunk; `translate` is `decoding.translator.Translator.translate`, handed the chunk whole."""
+    """The rows of one chunk; `translate` is `decoding.streaming.StreamingEngine.translate`, handed the chunk whole."""
     results = translate(sources, chunk_lines=max(1, len(sources)), progress=progress)
     rows = []
     for source, target, hypotheses in zip(sources, targets, results):

@@ -131,7 +131,7 @@ def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dic
     the training precision plays no part); (scores, test sentences)."""
     from transformer.checkpoint import average_checkpoints, build_model, save_checkpoint
     from transformer.data.corpus import load_pairs
-    from transformer.decoding.translator import Translator
+    from transformer.decoding.streaming import StreamingEngine
     from transformer.devices import pick_device
     from transformer.evaluation import corpus_scores
     from transformer.training.calibration import calibrate_state
@@ -145,7 +145,7 @@ def score_average(config: Config, out_dir: Path, paths: list[Path]) -> tuple[dic
     save_checkpoint(averaged, out_dir / "averaged.pt")
     model, tokenizer, _ = build_model(averaged, device)
     sources, references = load_pairs(config.data.test, config.data)
-    translator = Translator(model, tokenizer, config.decode, device=device)  # resolves config.decode.precision
+    translator = StreamingEngine(model, tokenizer, config.decode, device=device)  # resolves config.decode.precision
     hypotheses = translator.translate_texts(sources)
     (out_dir / "averaged.test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return corpus_scores(hypotheses, references), len(sources)

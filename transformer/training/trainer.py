@@ -149,12 +149,12 @@ class Trainer:
         split, lines = self.data.splits.get("valid"), self.train_cfg.confidence_lines
         if not (self.is_main and lines and split is not None and split.src_text is not None):
             return
-        from transformer.decoding.translator import Translator
+        from transformer.decoding.streaming import StreamingEngine
         from transformer.training.calibration import calibrate
 
         run = self.setup
         log.info("calibrating the confidence on up to %d validation pairs", lines)
-        translator = Translator(run.model, self.data.tokenizer, self.config.decode, device=run.device)
+        translator = StreamingEngine(run.model, self.data.tokenizer, self.config.decode, device=run.device)
         self.calibration = calibrate(translator, split.src_text, split.tgt_text, lines=lines)
         run.model.train()
 

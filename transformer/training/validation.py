@@ -51,12 +51,12 @@ def validate(model, data, config: Config, precision: str, device: torch.device, 
     )
     record = {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))}
     if config.train.valid_bleu and split.src_text is not None:
-        from transformer.decoding.translator import Translator
+        from transformer.decoding.streaming import StreamingEngine
         from transformer.evaluation import corpus_scores
 
         n = config.train.valid_bleu_sentences or len(split)
         decode = config.replace("decode", beam_size=1, nbest=1, sampling=False).decode
-        translator = Translator(model, data.tokenizer, decode, device=device, precision=precision)
+        translator = StreamingEngine(model, data.tokenizer, decode, device=device, precision=precision)
         with tqdm(total=min(n, len(split)), desc="validation decoding", leave=False, disable=not progress) as bar:
             hypotheses = [r[0].text for r in translator.translate(split.src_text[:n], progress=bar.update)]
         record["valid_bleu"] = corpus_scores(hypotheses, list(split.tgt_text[:n]))["bleu"]

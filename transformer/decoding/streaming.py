@@ -77,7 +77,7 @@ class Translation:
     confidence: float = 1.0  # in [0, 1], higher is better (confidence.py); 1 for an empty line
 
 
-class Translator:
+class StreamingEngine:
     """A model (or an `ensemble.Ensemble`), its tokenizer and decoding settings: `translate(lines)` streams one
     result list per line; `score(sources, targets)` scores given translations."""
 
@@ -331,7 +331,7 @@ def _out_of_memory(settings: DecodeConfig, exc: BaseException, *, sentences: int
     )
 
 
-def with_settings(translator: Translator, decode: DecodeConfig, *, seed: int = 1) -> Translator:
+def with_settings(translator: StreamingEngine, decode: DecodeConfig, *, seed: int = 1) -> StreamingEngine:
     """`translator` with other decoding settings, sharing its model (and the model's packed CPU copy)."""
     other = copy.copy(translator)
     other.settings = decode

@@ -1,4 +1,4 @@
-"""Translator: one result per line in order (empty, whitespace-only and over-long lines), batching, streaming."""
+"""StreamingEngine: one result per line in order (empty, whitespace-only and over-long lines), batching, streaming."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tiny_checkpoint
 import torch
 
 from transformer.checkpoint import load_for_inference
-from transformer.decoding import translator as translator_module
-from transformer.decoding.translator import Translator
+from transformer.decoding import streaming as streaming
+from transformer.decoding.streaming import StreamingEngine
 from transformer.devices import pick_device
 from transformer.errors import UserError
 
@@ -27,10 +27,10 @@ def loaded(tmp_path_factory):
 def test_one_result_per_line_in_order(loaded, caplog):
     model, tokenizer, config, lines = loaded
     inputs = [lines[0], "", "   \t ", lines[1], LONG, lines[2]]
-    alone = [Translator(model, tokenizer, config.decode).translate_texts([line])[0] for line in inputs]
+    alone = [StreamingEngine(model, tokenizer, config.decode).translate_texts([line])[0] for line in inputs]
     small_batches = config.replace("decode", max_tokens=10).decode  # several length-sorted batches per chunk
     with caplog.at_level(logging.WARNING):
-        results = list(Translator(model, tokenizer, small_batches).translate(inputs, chunk_lines=4))
+        results = list(StreamingEngine(model, tokenizer, small_batches).translate(inputs, chunk_lines=4))
     assert [r[0].text for r in results] == alone
     assert results[1][0].text == results[2][0].text == "" and results[1][0].score == 0.0
     assert all(r[0].text for i, r in enumerate(results) if i not in (1, 2)), "real lines get real output"
@@ -41,7 +41,7 @@ def test_a_line_in_capitals_is_translated_folded_and_upper_cased(loaded):
     """With decode.fold_capitals (the default) a line in ALL CAPS gives its sentence-cased translation, n-best and
     alignments included, upper-cased; other lines, in the same chunks, are translated as they are; off: as it is."""
     model, tokenizer, config, lines = loaded
-    plain = Translator(model, tokenizer, config.replace("decode", beam_size=2, nbest=2).decode)
+    plain = StreamingEngine(model, tokenizer, config.replace("decode", beam_size=2, nbest=2).decode)
     capitals = [line.upper() for line in lines[:3]]
     folded = [line[:1].upper() + line[1:].lower() for line in capitals]  # sentence case: the lines start with a letter
     inputs = [capitals[0], lines[3], capitals[1], capitals[2], lines[4]]
@@ -50,13 +50,13 @@ def test_a_line_in_capitals_is_translated_folded_and_upper_cased(loaded):
     for i, (got, want) in enumerate(zip(results, expected)):
         case = str.upper if i in (0, 2, 3) else str
         assert [(t.text, t.tokens, t.alignment) for t in got] == [(case(t.text), t.tokens, t.alignment) for t in want]
-    off = Translator(model, tokenizer, config.replace("decode", beam_size=2, fold_capitals=False).decode)
+    off = StreamingEngine(model, tokenizer, config.replace("decode", beam_size=2, fold_capitals=False).decode)
     assert off.translate_texts(capitals) != [results[i][0].text for i in (0, 2, 3)]  # the capitals themselves
 
 
 def test_truncated_line_keeps_eos_last(loaded):
     model, tokenizer, config, _ = loaded
-    ids = translator_module.truncate_source(tokenizer.encode_src([LONG])[0], model.max_positions, 1)
+    ids = streaming.truncate_source(tokenizer.encode_src([LONG])[0], model.max_positions, 1)
     assert len(ids) == model.max_positions and ids[-1] == 3
 
 
@@ -70,7 +70,7 @@ def test_translate_streams(loaded):
             consumed.append(line)
             yield line
 
-    results = Translator(model, tokenizer, config.decode).translate(source(), chunk_lines=3)
+    results = StreamingEngine(model, tokenizer, config.decode).translate(source(), chunk_lines=3)
     next(results)
     assert len(consumed) == 3
     assert len(list(results)) == len(lines) - 1
@@ -79,7 +79,7 @@ def test_translate_streams(loaded):
 def test_nbest_sorted(loaded):
     model, tokenizer, config, lines = loaded
     decode = config.replace("decode", beam_size=3, nbest=3).decode
-    for results in Translator(model, tokenizer, decode).translate(lines[:3]):
+    for results in StreamingEngine(model, tokenizer, decode).translate(lines[:3]):
         assert len(results) == 3
         assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
@@ -92,7 +92,7 @@ def test_precision_follows_the_one_rule_on_cpu(loaded, precision, dtype):
     model, tokenizer, config, lines = loaded
     seen = []
     decode = config.replace("decode", precision=precision).decode
-    translator = Translator(model, tokenizer, decode)  # its model: fp32 on the CPU has packed Linear layers
+    translator = StreamingEngine(model, tokenizer, decode)  # its model: fp32 on the CPU has packed Linear layers
     hook = translator.model.output_proj.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
     try:
         assert translator.translate_texts(lines[:1])[0]
@@ -100,7 +100,7 @@ def test_precision_follows_the_one_rule_on_cpu(loaded, precision, dtype):
         hook.remove()
     assert set(seen) == {dtype}
     with pytest.raises(UserError, match="fp16 needs a CUDA device"):
-        Translator(model, tokenizer, decode, precision="fp16")
+        StreamingEngine(model, tokenizer, decode, precision="fp16")
 
 
 def test_device_choices():
@@ -116,8 +116,8 @@ def test_device_choices():
 def test_bf16_on_cuda_matches_fp32_mostly(loaded):
     model, tokenizer, config, lines = loaded
     try:
-        fp32 = Translator(model, tokenizer, config.decode, device="cuda").translate_texts(lines)
-        bf16 = Translator(model, tokenizer, config.decode, device="cuda", precision="bf16").translate_texts(lines)
+        fp32 = StreamingEngine(model, tokenizer, config.decode, device="cuda").translate_texts(lines)
+        bf16 = StreamingEngine(model, tokenizer, config.decode, device="cuda", precision="bf16").translate_texts(lines)
     finally:
         model.cpu()
     assert len(bf16) == len(fp32) and sum(a == b for a, b in zip(fp32, bf16)) >= len(lines) // 2

@@ -33,6 +33,7 @@ import torch
 
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer.errors import UserError
+from transformer.interop.marian import marian_fields
 from transformer.model.embeddings import SinusoidalPositionalEncoding
 from transformer.model.layers import DecoderLayer
 
@@ -54,7 +55,6 @@ EXPORT_FILES = {  # what either format writes; a re-export may replace these
     "source_vocabulary.json",
     "target_vocabulary.json",
 }
-HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}  # ours -> HF's activation_function
 INSTALL = "pip install 'transformer[export]' (or: pip install transformers ctranslate2)"
 
 
@@ -98,30 +98,8 @@ def check_hf(model_config) -> None:
 def _hf_config(model_config, vocab_size: int, bos_id: int = BOS_ID):
     from transformers import MarianConfig, PegasusConfig
 
-    c = model_config
-    fields = dict(
-        vocab_size=vocab_size,
-        d_model=c.d_model,
-        encoder_layers=c.n_encoder_layers,
-        decoder_layers=c.n_decoder_layers,
-        encoder_attention_heads=c.n_heads,
-        decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff,
-        decoder_ffn_dim=c.d_ff,
-        activation_function=HF_ACTIVATIONS[c.activation],
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_position_embeddings=c.max_positions,
-        scale_embedding=c.scale_embedding,
-        pad_token_id=PAD_ID,
-        bos_token_id=bos_id,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=bos_id,
-        forced_eos_token_id=None,
-        tie_word_embeddings=c.tie_output,
-    )
-    if c.norm_first:
+    fields = marian_fields(model_config, vocab_size, bos_id=bos_id)
+    if model_config.norm_first:
         return PegasusConfig(**fields)
     return MarianConfig(decoder_vocab_size=vocab_size, share_encoder_decoder_embeddings=True, **fields)
 

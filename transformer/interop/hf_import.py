@@ -279,7 +279,7 @@ def _norm(norm, weights: dict, p: str, rows) -> None:
 
 def _check_positions(weights: dict, c: dict, folder: str) -> None:
     """Saved sinusoid tables (older transformers save them) must be HF's layout of ours: else not Marian's."""
-    from transformer.decoding.export import hf_permutation
+    from transformer.interop.export import hf_permutation
     from transformer.model.embeddings import sinusoid_table
 
     D, L = c["d_model"], c["max_position_embeddings"]
@@ -296,7 +296,7 @@ def _check_positions(weights: dict, c: dict, folder: str) -> None:
 def load_marian_weights(model, weights: dict, order: torch.Tensor, c: dict, folder: str) -> None:
     """Copy HF Marian weights into our `model`: vocabulary rows by `order` (ours -> Marian ids), the model
     dimension by P^-1 (HF's dimension j is our P[j], export.hf_permutation), fused Q/K/V and K/V assembled."""
-    from transformer.decoding.export import hf_permutation
+    from transformer.interop.export import hf_permutation
 
     P_inv = torch.argsort(hf_permutation(c["d_model"]))
     rows = lambda t: t.float()[P_inv]  # noqa: E731  writes the residual stream: (D, ...) or (D,)
