@@ -250,6 +250,7 @@ class DecodeConfig:
     top_k: int = 0  # sample among the k most likely tokens (0 = all)
     top_p: float = 1.0  # sample among the smallest set with this probability mass
     precision: Precision = "fp32"  # autocast while decoding (fp32 by default: output independent of the GPU)
+    cuda_graphs: bool = True  # on a CUDA device, one captured graph replayed per search step (decoding/graph_search.py)
 
     @property
     def search(self) -> Literal["sampling", "greedy", "beam"]:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from transformer.decoding.candidates import select_top
-from transformer.decoding.interface import CandidateSelector
+from transformer.decoding.interface import CandidateSelector, GraphableControl
 
 NEG_INF = float("-inf")
 
@@ -104,6 +104,16 @@ class NoRepeatNgram:
         log_probs[rows, windows[rows, where, n - 1]] = NEG_INF
         return log_probs
 
+    def mask_static(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        """`mask` over a fixed buffer (interface.py's `GraphableControl`): every n-gram of the buffer compared,
+        those not wholly written yet left out."""
+        history, n = tokens[:, 1:], self.n  # (N, T) without BOS; the first `step` written
+        windows = history.unfold(1, n, 1)  # (N, W, n): every n-gram of the buffer
+        starts = torch.arange(windows.size(1), device=history.device)  # (W,)
+        last = history.index_select(1, (step - n + 1 + torch.arange(n - 1, device=history.device)).clamp(min=0))
+        repeats = (windows[:, :, : n - 1] == last[:, None, :]).all(dim=2) & (starts <= step - n)  # (N, W)
+        return _forbid_where(log_probs, windows[:, :, n - 1], repeats)
+
     def rerank_beams(self, rows: torch.Tensor) -> None:
         pass
 
@@ -135,11 +145,31 @@ class RepeatRunLimit:
         log_probs[rows, recent[rows, lag]] = NEG_INF
         return log_probs
 
+    def mask_static(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        """`mask` over a fixed buffer (interface.py's `GraphableControl`): every lag the buffer could hold, those
+        the `step` pieces written cannot complete left out. recent[j], the j-th piece back, is history[t - 1 - j]."""
+        history, r = tokens[:, 1:], self.copies  # (N, T) without BOS; the first t = `step` written
+        N, T = history.shape
+        lags = max((T + 1) // r, 1)  # L: every lag a buffer of T pieces could hold
+        n = torch.arange(1, lags + 1, device=history.device)[:, None]  # (L, 1)
+        k = torch.arange(max((r - 1) * lags - 1, 1), device=history.device)[None, :]  # (1, K)
+        needed = k < (r - 1) * n - 1  # (L, K)
+        back = lambda j: history.index_select(1, (step - 1 - j).clamp(0, T - 1).flatten())  # noqa: E731
+        same = back(k + n).view(N, *needed.shape) == back(k[0])[:, None, :]  # (N, L, K)
+        runs = (same | ~needed).all(dim=2) & (n[:, 0] * r <= step + 1)  # (N, L): the next piece would complete one
+        return _forbid_where(log_probs, back(n[:, 0] - 1), runs)
+
     def rerank_beams(self, rows: torch.Tensor) -> None:
         pass
 
     def keep_sentences(self, sentences: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         pass
+
+
+def _forbid_where(log_probs: torch.Tensor, pieces: torch.Tensor, forbid: torch.Tensor) -> torch.Tensor:
+    """log_probs (N, V) with -inf at pieces[r, j] wherever forbid[r, j] ((N, W) each), in place, in fixed shapes."""
+    hits = torch.zeros_like(log_probs).scatter_add_(1, pieces, forbid.to(log_probs.dtype))  # (N, V)
+    return log_probs.masked_fill_(hits > 0, NEG_INF)
 
 
 class Controls:
@@ -157,6 +187,17 @@ class Controls:
     def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
         for control in self.controls:
             log_probs = control.mask(log_probs, tokens, step)
+        return log_probs
+
+    @property
+    def graphable(self) -> bool:
+        """Whether a search step captured as a CUDA graph can run these controls: each is a `GraphableControl` and
+        none chooses the candidates."""
+        return self.select is select_top and all(isinstance(c, GraphableControl) for c in self.controls)
+
+    def mask_static(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        for control in self.controls:
+            log_probs = control.mask_static(log_probs, tokens, step)
         return log_probs
 
     def rerank_beams(self, rows: torch.Tensor) -> None:

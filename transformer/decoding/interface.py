@@ -74,6 +74,18 @@ class SearchControl(RowMoves, Protocol):
 
 
 @runtime_checkable
+class GraphableControl(SearchControl, Protocol):
+    """A control that can run inside a search step captured as a CUDA graph (graph_search.py): it keeps no state
+    per row (so it has no moves to make) and forbids with tensor operations of fixed shapes, reading no value on
+    the host."""
+
+    def mask_static(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        """log_probs (N, V) float, tokens (N, T+1) long the rows' histories in a fixed buffer (BOS first, columns
+        after `step` not written yet), step () long t on the device -> (N, V): the same as `mask` on
+        tokens[:, : t + 1] (it may write in place)."""
+
+
+@runtime_checkable
 class CandidateSelector(Protocol):
     """A control that chooses beam search's candidates itself (dynamic beam allocation, constraints.py)."""
 

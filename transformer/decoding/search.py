@@ -17,6 +17,8 @@ Decisions:
   drops pairs with an empty side, so an EOS first is nothing the model learned, yet the demo model put it first on
   180 of 200 single words, docs/decoding.md; fairseq's min_len is 1 too) and `decode.max_ngram_repeats`' limit on
   loops (controls.py's `RepeatRunLimit`).
+- On a CUDA device (`decode.cuda_graphs`), beam search and greedy decoding run as graph_search.py's fixed-shape
+  search, one captured graph replayed per step, where the model and the controls allow it (`_graphed`).
 - Greedy decoding and sampling report score = log_prob (no penalty: it does not change their choices).
 - Sampling (not in the paper): temperature, then top-k, then top-p (nucleus) filtering; `log_prob` is under the
   model's own distribution (temperature 1). n samples per sentence come back sorted by score.
@@ -34,6 +36,8 @@ import torch
 from transformer.config import DecodeConfig
 from transformer.decoding.beam import beam_search
 from transformer.decoding.controls import Controls, NoRepeatNgram, RepeatRunLimit
+from transformer.decoding.graph_search import graphed_search
+from transformer.decoding.interface import CachingModel
 from transformer.decoding.steps import (
     LENGTH_PENALTIES,
     NEG_INF,
@@ -187,6 +191,12 @@ def sample(
     return [sorted(group, key=lambda h: h.score, reverse=True) for group in groups]
 
 
+def _graphed(model, src: torch.Tensor, decode: DecodeConfig, controls: Controls) -> bool:
+    """Whether beam search or greedy decoding takes graph_search.py's path: on CUDA with `decode.cuda_graphs`, a model
+    that decodes with model/cache.py's cache (not an ensemble, which brings its own) and graphable controls."""
+    return decode.cuda_graphs and src.is_cuda and not isinstance(model, CachingModel) and controls.graphable
+
+
 def generate(
     model,
     src,
@@ -222,6 +232,9 @@ def generate(
             **ids,
             **lengths,
         )
+    if decode.search != "sampling" and _graphed(model, src, decode, steer):
+        search = dict(beam_size=decode.beam_size, alpha=decode.alpha, length_penalty=decode.length_penalty)
+        return graphed_search(model, src, src_mask, nbest=decode.nbest, **search, **ids, **lengths)
     if decode.search == "greedy":
         return [[hyp] for hyp in greedy_decode(model, src, src_mask, **ids, **lengths)]
     return beam_search(

@@ -47,6 +47,14 @@ def sinusoid_table(length: int, d_model: int) -> torch.Tensor:
     return table.float()
 
 
+def position_rows(table: torch.Tensor, offset: int | torch.Tensor, length: int) -> torch.Tensor:
+    """Rows offset .. offset + length - 1 of a (positions, D) table. offset: an int, or a () long tensor on the
+    table's device (a decoding step captured as a CUDA graph reads its position there, not from the host)."""
+    if isinstance(offset, torch.Tensor):
+        return table.index_select(0, offset + torch.arange(length, device=table.device))  # (length, D)
+    return table[offset : offset + length]  # (length, D)
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed sinusoids added to the embeddings (section 3.5); no parameters, so no state-dict entry."""
 
@@ -54,10 +62,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoid_table(max_positions, d_model), persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x (B, T, D) -> x + PE[offset : offset + T]."""
-        T = x.size(1)
-        return x + self.table[offset : offset + T].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """x (B, T, D) -> x + PE[offset : offset + T] (`position_rows`)."""
+        return x + position_rows(self.table, offset, x.size(1)).to(x.dtype)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -68,7 +75,6 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_positions, d_model))
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x (B, T, D) -> x + P[offset : offset + T]."""
-        T = x.size(1)
-        return x + self.weight[offset : offset + T].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """x (B, T, D) -> x + P[offset : offset + T] (`position_rows`)."""
+        return x + position_rows(self.weight, offset, x.size(1)).to(x.dtype)

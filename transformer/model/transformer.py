@@ -10,7 +10,8 @@ Legend: B batch, S source length, T target length, D d_model, V vocabulary, K be
     cache.keep_sentences(sentences, rows)            # finished sentences dropped (and the rest re-ranked)
 
 The model knows nothing of search, data or training, nor of how the cache keeps its keys and values
-(model/cache.py): it reads the cache through `position`, `layers`, `memory_bias` and `self_attention_bias()`.
+(model/cache.py, or model/static_cache.py for a step captured as a CUDA graph): it reads the cache through
+`position` (an int, or a () tensor on the device), `layers`, `memory_bias` and `self_attention_bias()`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(self.layer_class(**kwargs) for _ in range(n_layers))
         self.final_norm = nn.LayerNorm(embedding.weight.size(1), eps=eps) if norm_first else nn.Identity()
 
-    def embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def embed(self, tokens: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """(B, T) ids -> (B, T, D): Dropout(Embedding(tokens) * sqrt(d_model) + PE[offset : offset + T])."""
         return self.dropout(self.positional(self.embedding(tokens), offset=offset))
 
