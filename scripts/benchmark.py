@@ -6,7 +6,9 @@
 Peers: PyTorch's `nn.Transformer` (with our embeddings and output layer around it), when `transformers` is
 installed Hugging Face's `MarianMTModel`, with `--peers reference` our model with the full-logits loss (the
 training step before the chunked pad-free loss), with `--peers compiled` ours under torch.compile (dynamic shapes, as
-`train.compile`); the measuring is transformer/benchmarks/training.py's. `--profile N` then profiles N steps of each
+`train.compile`), and on a GPU `graphed` (ours, the whole step captured as a CUDA graph per batch shape and replayed;
+give `--shapes` so that the warm-up captures every shape) and `compiled_graphed` (the same over torch.compile with
+static shapes); the measuring is transformer/benchmarks/training.py's. `--profile N` then profiles N steps of each
 (host operators, GPU kernels and how busy they kept it: a launch-bound step shows a GPU idle much of the time).
 Each model trains on the same random batches of WMT-like lengths
 (forward, label-smoothed loss, backward, Adam step) under the same precision, in interleaved rounds (`--rounds`, median
@@ -76,7 +78,11 @@ def main(argv: list[str] | None = None) -> None:
         "--peers",
         default="torch,marian",
         help="comma-separated: torch, marian, reference (ours "
-        "with the full-logits loss, the step before the chunked pad-free loss), compiled (ours under torch.compile)",
+        "with the full-logits loss, the step before the chunked pad-free loss), compiled (ours under torch.compile), "
+        "graphed and compiled_graphed (ours, the whole step a CUDA graph: GPU only)",
+    )
+    parser.add_argument(
+        "--shapes", type=int, default=0, help="batch shapes to cycle through (0: a new length each batch)"
     )
     parser.add_argument(
         "--profile", type=int, default=0, help="then profile each engine over this many steps (host ops, GPU busy)"
@@ -102,7 +108,7 @@ def run(args) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = True
     if device.type == "cuda" and not args.cudnn_attention:
         avoid_cudnn_attention()  # for every model: all of them call F.scaled_dot_product_attention
-    batches = make_batches(args.steps + args.warmup, args.tokens, args.vocab, args.mean_len, device)
+    batches = make_batches(args.steps + args.warmup, args.tokens, args.vocab, args.mean_len, device, shapes=args.shapes)
     engines = build_engines(args, cfg, set(args.peers.split(",")))
     ours = engines["ours"].model
     params = count_parameters(ours)
@@ -265,7 +271,8 @@ def _decode_common(args: argparse.Namespace, argv: list[str] | None, shape: str)
 
 
 def _write_decode_record(record: dict, out: Path) -> None:
-    """Print one line of tokens/s (BLEU, agreement with ours) and write decode_cpu_<shape>_<search>_<compute>.json."""
+    """Print one line of tokens/s (BLEU, agreement with ours) and write
+    decode_<device>_<shape>_<search>_<compute>[_b<batch size, when not 32>].json."""
     search = "greedy" if record["beam"] == 1 else f"beam{record['beam']}"
     line = ", ".join(
         f"{n} {e['tokens_per_s']:,.0f} tok/s"
@@ -277,7 +284,8 @@ def _write_decode_record(record: dict, out: Path) -> None:
     print(f"{record['shape']} | {label} | {record['compute']}: {line}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     slug = "".join(ch if ch.isalnum() else "_" for ch in record["shape"].split()[0])  # "base (6+6, ...)" -> base
-    (out / f"decode_{record['device_type']}_{slug}_{search}_{record['compute']}.json").write_text(
+    batch = "" if record["batch_size"] == 32 else f"_b{record['batch_size']}"  # 32: the records' first name
+    (out / f"decode_{record['device_type']}_{slug}_{search}_{record['compute']}{batch}.json").write_text(
         json.dumps(record, indent=2) + "\n"
     )
 

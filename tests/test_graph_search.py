@@ -138,6 +138,12 @@ def test_the_capture_path_pads_the_batch_and_reuses_its_search(monkeypatch):
         src, mask = _batch(seed=0)
         graphed_search(model, src, mask, beam_size=beam, alpha=0.6, length_penalty="gnmt", nbest=1, capture=True, **kw)
     assert len(captured) == 4 and len(graph_search._GRAPHS[model].entries) == 2
+    model.double()  # new weights: a graph captured with the old ones would read freed memory
+    src, mask = _batch(seed=0)
+    graphed_search(
+        model, src, mask.double() > 0, beam_size=3, alpha=0.6, length_penalty="gnmt", nbest=1, capture=True, **kw
+    )
+    assert len(captured) == 5
 
 
 class _OnCuda:

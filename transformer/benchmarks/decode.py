@@ -40,6 +40,7 @@ from functools import partial
 import torch
 
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES
+from transformer.decoding.graph_search import graphed_search
 from transformer.decoding.search import beam_search, greedy_decode
 from transformer.devices import avoid_cudnn_attention
 from transformer.model.attention import make_pad_mask
@@ -83,13 +84,18 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
-def ours_engine(model) -> Callable:
+def ours_engine(model, graphs: bool = False) -> Callable:
+    """Our eager searches (beam.py, search.py's greedy decoding), or with `graphs` graph_search.py's (on CUDA one
+    captured graph replayed per step; the engine "ours_graphs")."""
     device = next(model.parameters()).device
 
     def run(rows: list[list[int]], s: DecodeSettings) -> list[list[int]]:
         src = pad(rows).to(device)
         low, high = s.limits(src.size(1))
         kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=0.0, max_len_b=high, min_len=low)
+        if graphs:
+            search = dict(beam_size=s.beam, alpha=s.alpha, length_penalty="fairseq", nbest=1)
+            return [h[0].tokens for h in graphed_search(model, src, make_pad_mask(src, PAD_ID), **search, **kw)]
         if s.beam == 1:
             return [h.tokens for h in greedy_decode(model, src, make_pad_mask(src, PAD_ID), **kw)]
         hyps = beam_search(
@@ -164,12 +170,13 @@ def build_engine(name: str, compute: str, threads: int, source, device: str = "c
     if device == "cuda":
         avoid_cudnn_attention()  # ours and HF alike, as `StreamingEngine` does: cuDNN would plan every new shape anew
     dtype, ct2_compute = COMPUTES[compute]
-    if name == "ours":
+    if name in ("ours", "ours_graphs"):
         from transformer.decoding.cpu_linear import pack_linears, quantize_int8
 
+        graphs = name == "ours_graphs"
         if device == "cpu" and compute in ("fp32", "int8"):
-            return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source))
-        return ours_engine(copy.deepcopy(source).to(device=device, dtype=dtype))  # the caller's model stays
+            return ours_engine(pack_linears(source) if compute == "fp32" else quantize_int8(source), graphs)
+        return ours_engine(copy.deepcopy(source).to(device=device, dtype=dtype), graphs)  # the caller's model stays
     if name == "ctranslate2":
         import ctranslate2
 
@@ -328,9 +335,9 @@ def decode_engines(
     or to the weights exported from it into `tmp` (done here), for `EngineProcesses`. HF has no int8. A peer whose
     export raises is left out, with the reason in `left_out`."""
     out: dict[str, dict[str, Callable]] = {c: {} for c in computes}
-    if "ours" in names:
-        for c in computes:
-            out[c]["ours"] = partial(build_engine, "ours", c, threads, model, device=device)
+    for ours in ("ours", "ours_graphs"):
+        for c in computes if ours in names else ():
+            out[c][ours] = partial(build_engine, ours, c, threads, model, device=device)
     ct2_export = lambda: _export_ct2(model, tokenizer, config, tmp)  # noqa: E731
     if "ctranslate2" in names and _exported("ctranslate2", left_out, ct2_export):
         pieces = dict(

@@ -79,6 +79,7 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("torchrun", processes.check_torchrun),
     ("kill-resume", processes.check_kill_resume),
     ("decode", decoding.check_decode),
+    ("graphs", decoding.check_graphs),
     ("evaluate", decoding.check_evaluate),
     ("inspect", decoding.check_inspect),
     ("export-hf", engines.check_export_hf),

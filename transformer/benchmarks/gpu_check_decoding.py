@@ -11,6 +11,11 @@ pre-LN as that one is):
   token agreement"). A broken half-precision path (a mask overflowing in fp16, a wrong cast) shares almost no
   sentence, and its chrF against fp32 falls far below the floor. The line shows both figures, and each output's
   BLEU against the references for information.
+- graphs: the fixed-shape search of graph_search.py (on CUDA one captured graph replayed per step; in the CPU smoke
+  mode the same steps without capture) against the eager search, greedy and beam 4: in fp32 the same tokens on at
+  least `AGREEMENT` of the sentences (kernels of other shapes round differently, so a near-tie may fall the other
+  way), in fp16 within the half-precision floors of the eager fp16 outputs; the line times both and counts the
+  searches captured.
 - evaluate: `transformer-evaluate --precision auto` on the device exits 0, writes its scores, and its translations
   are the library's under the same precision on at least `AGREEMENT` of the sentences (another process).
 - inspect: `transformer-translate` with an ensemble (the checkpoint twice: the same probabilities as the model
@@ -23,10 +28,12 @@ pre-LN as that one is):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -109,6 +116,58 @@ def check_decode(ctx: Context) -> str:
     )
     note = "" if ctx.device.type == "cuda" else " (CPU smoke: the tiny model, pre-LN; fp16 autocast is CUDA only)"
     return f"{len(sources)} test sentences against fp32: {'; '.join(parts)}{note}"
+
+
+@contextlib.contextmanager
+def _graphs_everywhere(ctx: Context):
+    """On the CPU (smoke mode), let `decode.cuda_graphs` choose graph_search.py's path too (without capture)."""
+    from transformer.decoding import search
+    from transformer.decoding.interface import CachingModel
+
+    if ctx.device.type == "cuda":
+        yield
+        return
+    original = search._graphed
+    search._graphed = lambda model, src, decode, steer: (
+        decode.cuda_graphs and not isinstance(model, CachingModel) and steer.graphable
+    )
+    try:
+        yield
+    finally:
+        search._graphed = original
+
+
+def _timed_translations(model, tokenizer, decode, ctx: Context, precision: str, sources: list[str]):
+    start = time.perf_counter()
+    found = _translations(model, tokenizer, decode, ctx.device, precision, sources)
+    return found, time.perf_counter() - start
+
+
+def check_graphs(ctx: Context) -> str:
+    """Greedy and beam 4, the graphed search against the eager one (see the module docstring)."""
+    from transformer.decoding import graph_search
+
+    model, tokenizer, config, sources, references = _loaded(ctx)
+    parts, bad = [], []
+    with _graphs_everywhere(ctx):
+        for beam in (1, 4):
+            eager_settings = dataclasses.replace(config.decode, beam_size=beam, nbest=1, cuda_graphs=False)
+            graphed_settings = dataclasses.replace(eager_settings, cuda_graphs=True)
+            for precision in ["fp32", "fp16"] if ctx.device.type == "cuda" else ["fp32"]:
+                eager, eager_s = _timed_translations(model, tokenizer, eager_settings, ctx, precision, sources)
+                graphed, graphed_s = _timed_translations(model, tokenizer, graphed_settings, ctx, precision, sources)
+                label = f"{'greedy' if beam == 1 else 'beam 4'} {precision}"
+                same = agreement([t.tokens for t in graphed], [t.tokens for t in eager])
+                if precision == "fp32":
+                    part, good = f"{label}: same {same:.0%}", same >= AGREEMENT
+                else:
+                    part, good = _judge(graphed, eager, references, label)
+                parts.append(f"{part} ({eager_s:.1f} s eager, {graphed_s:.1f} s graphed)")
+                bad += [] if good else [part]
+    require(not bad, f"the graphed search strays from the eager one: {'; '.join(bad)}")
+    captured = len(graph_search._GRAPHS[model].entries) if model in graph_search._GRAPHS else 0
+    how = f"{captured} searches captured" if ctx.device.type == "cuda" else "CPU smoke: the same steps, no capture"
+    return f"{len(sources)} test sentences against the eager search: {'; '.join(parts)}; {how}"
 
 
 def _cli(ctx: Context, *arguments: str) -> subprocess.CompletedProcess:

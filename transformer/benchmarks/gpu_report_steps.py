@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformer.benchmarks.stamps import ROOT, read_json, slug, step_stamp, today, write_json
 
-STEP_NAMES = ("check", "train", "decode", "recipe-pre-ln", "recipe-post-ln")
+STEP_NAMES = ("check", "graphs", "train", "decode", "recipe-pre-ln", "recipe-post-ln")
 PY = sys.executable
 RECIPES = {"recipe-pre-ln": "configs/bible_es_en.yaml", "recipe-post-ln": "configs/bible_es_en_paper.yaml"}
 BASE_SHAPE = "base (6+6, d512, ff2048, V8000)"  # the name docs/results/decode_cpu_base_*.json use
@@ -55,6 +55,7 @@ DECODE_DEPENDS = (
     "configs/tiny.yaml",
 )
 RECIPE_DEPENDS = (*LIBRARY, "scripts/run_recipe.py", "data/bible-es-en")
+GRAPHS_DEPENDS = (*TRAIN_DEPENDS, *DECODE_DEPENDS, "scripts/bench_graphs.py")
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,27 @@ def _decode(smoke: bool, cap: float) -> Step:
     )
 
 
+# ------------------------------------------------------------------------------------------------ graphs
+
+
+def _graphs(smoke: bool, cap: float) -> Step:
+    """scripts/bench_graphs.py: eager, compiled and graphed training of base and big, and our eager and graphed
+    decoding against HF generate (fp16, bf16; batches of 32 and 128), into results/graphs/."""
+
+    def command(report: Report) -> list[str]:
+        return [PY, "scripts/bench_graphs.py", *(["--cpu-smoke"] if smoke else []), "--out", str(_graphs_out(report))]
+
+    def summary(report: Report, status: str) -> list[Path]:
+        return sorted(_graphs_out(report).glob("*.json"))
+
+    signature = "bench-graphs " + ("tiny cpu" if smoke else "base,big; decode base fp16,bf16 b32,b128")
+    return Step("graphs", cap, command, summary, GRAPHS_DEPENDS, ("transformers",), signature)
+
+
+def _graphs_out(report: Report) -> Path:
+    return report.results / "graphs"
+
+
 # ------------------------------------------------------------------------------------------------ recipes
 
 
@@ -333,11 +355,12 @@ def _recipe(step: str, config: str, overrides: list[str], arguments: list[str], 
 
 
 def gpu_steps(docs: Path) -> list[Step]:
-    """The report on a GPU: `make gpu-check`, `make bench-gpu`, the decode report, a piece of each recipe."""
+    """The report on a GPU: `make gpu-check`, the CUDA-graph measurements, `make bench-gpu`, the decode report, a
+    piece of each recipe."""
     train = lambda report: [PY, "scripts/bench_gpu.py", "--out", str(report.results), "--docs", str(docs)]  # noqa: E731
     recipes = [_recipe(step, config, [], ["--piece", "3m"], 270) for step, config in RECIPES.items()]
     bench = Step("train", 420, train, depends=TRAIN_DEPENDS, packages=("transformers",), signature="bench-gpu base,big")
-    return [_check(False, 280), bench, _decode(False, 120), *recipes]
+    return [_check(False, 280), _graphs(False, 360), bench, _decode(False, 120), *recipes]
 
 
 def _smoke_train(report: Report) -> list[str]:
@@ -373,4 +396,4 @@ def smoke_steps(work: Path) -> list[Step]:
         arguments = ["--name", name, "--piece", "0", "--piece-updates", "2"]
         recipes.append(_recipe(step, "configs/tiny.yaml", overrides, arguments, 120))
     train = Step("train", 120, _smoke_train, depends=TRAIN_DEPENDS, signature="bench-gpu tiny cpu")
-    return [_check(True, 180), train, _decode(True, 120), *recipes]
+    return [_check(True, 180), _graphs(True, 180), train, _decode(True, 120), *recipes]

@@ -24,12 +24,16 @@ from transformer.training.loss import label_smoothed_loss
 from transformer.training.optim import batch_loss
 
 
-def make_batches(n: int, max_tokens: int, vocab: int, mean_len: int, device: torch.device, seed: int = 0):
-    """Batches of sentences with a common length (as length bucketing gives), each holding ~max_tokens tokens."""
+def make_batches(
+    n: int, max_tokens: int, vocab: int, mean_len: int, device: torch.device, seed: int = 0, shapes: int = 0
+):
+    """Batches of sentences with a common length (as length bucketing gives), each holding ~max_tokens tokens;
+    `shapes` > 0: the lengths cycle through that many values (what a graphed step needs, one capture per shape)."""
     g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(mean_len // 2, mean_len * 3 // 2, (max(shapes, 1),), generator=g).tolist()
     batches = []
-    for _ in range(n):
-        S = int(torch.randint(mean_len // 2, mean_len * 3 // 2, (1,), generator=g))
+    for i in range(n):
+        S = lengths[i % shapes] if shapes else int(torch.randint(mean_len // 2, mean_len * 3 // 2, (1,), generator=g))
         T = S + 2
         B = max(max_tokens // T, 1)
         src = torch.randint(4, vocab, (B, S), generator=g)
@@ -102,14 +106,59 @@ def _resident_bytes(model: nn.Module, optimizer) -> int:
 @dataclass
 class Engine:
     """A model to train and how: `fused` True/False for our model's loss paths (`optim.batch_loss`: the chunked
-    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`."""
+    pad-free loss, or full logits), None for a peer's logits through `label_smoothed_loss`; `graphed`: the whole
+    step captured as a CUDA graph per batch shape and replayed (`GraphedSteps`)."""
 
     model: nn.Module
     fused: bool | None
+    graphed: GraphedSteps | None = None
+
+
+class GraphedSteps:
+    """Our training step (forward, the chunked loss, backward, a capturable fused Adam) captured once per batch
+    shape and replayed: the measurement that decides whether the trainer's step earns a CUDA-graph switch (the
+    house rule: a speed trick that gains < 10% end to end earns none). Bench batches have no padding, so one shape
+    has one number of target positions. Autocast runs without its weight-cast cache, as a captured region needs."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, Batch]] = {}
+        self.pool = None  # one memory pool for every shape's graph: they never run at once
+
+    def __call__(self, engine: Engine, optimizer, batch: Batch, precision: str) -> None:
+        key = (*batch.src.shape, *batch.tgt_in.shape)
+        if key not in self.graphs:
+            static = Batch(batch.src.clone(), batch.tgt_in.clone(), batch.tgt_out.clone(), indices=batch.indices)
+            static.tgt_index = batch.tgt_index.clone()
+            step = lambda: self._step(engine, optimizer, static, precision)  # noqa: E731
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):  # warm-up: library handles, the optimizer's state, gradients allocated
+                    step()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph, self.pool = torch.cuda.CUDAGraph(), self.pool or torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self.pool):
+                step()
+            self.graphs[key] = graph, static
+        graph, static = self.graphs[key]
+        for name in ("src", "tgt_in", "tgt_out", "tgt_index"):
+            getattr(static, name).copy_(getattr(batch, name))
+        graph.replay()
+
+    @staticmethod
+    def _step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None, cache_enabled=False):
+            loss, _ = batch_loss(engine.model, batch, precision="fp32", epsilon=0.1, pad_id=PAD_ID, fused=True)
+        (loss / batch.n_tgt_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
 
 
 def train_step(engine: Engine, optimizer, batch: Batch, precision: str) -> None:
     """Forward, label-smoothed loss, backward, Adam step."""
+    if engine.graphed is not None:
+        return engine.graphed(engine, optimizer, batch, precision)
     model = engine.model
     if engine.fused is None:
         with autocast(precision, batch.src.device):
@@ -127,17 +176,24 @@ def measure(
 ) -> dict:
     """Target tokens/s per engine: after `warmup` untimed steps each, `rounds` interleaved rounds over all the
     batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
-    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None}}, and
+    Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None,
+    "warmup_s": the warm-up's seconds, a compilation's or capture's included}}, and
     with `profile` > 0 each engine's `profile_steps` over that many batches after the rounds ("profile")."""
-    state = {}
+    state, warmed = {}, {}  # warmed: seconds of each engine's warm-up (compilation, graph captures included)
     for name, engine in engines.items():
         kwargs = {"fused": True} if device.type == "cuda" else {}
-        optimizer = torch.optim.Adam(engine.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kwargs)
+        if engine.graphed is not None:  # a captured step reads the learning rate and the step count on the device
+            kwargs |= {"capturable": True, "lr": torch.tensor(1e-4, device=device)}
+        kwargs = {"lr": 1e-4} | kwargs
+        optimizer = torch.optim.Adam(engine.model.parameters(), betas=(0.9, 0.98), eps=1e-9, **kwargs)
         engine.model.train()
+        start = time.perf_counter()
         for batch in batches[:warmup]:
             train_step(engine, optimizer, batch, precision)
-        state[name] = optimizer
-    results = {name: {"rounds": [], "peak_mem_gb": None} for name in engines}
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        state[name], warmed[name] = optimizer, round(time.perf_counter() - start, 1)
+    results = {name: {"rounds": [], "peak_mem_gb": None, "warmup_s": warmed[name]} for name in engines}
     for _ in range(rounds):
         for name, engine in engines.items():
             if device.type == "cuda":
@@ -240,6 +296,10 @@ def build_engines(args, cfg, peers: set[str]) -> dict[str, Engine]:
         builders["ours_reference_loss"] = lambda: Engine(new(), False)
     if "compiled" in peers:  # as train.compile, dynamic from the first batch: one graph for every batch shape
         builders["ours_compiled"] = lambda: Engine(torch.compile(new(), dynamic=True), True)
+    if "graphed" in peers and args.device.type == "cuda":  # CUDA graphs need CUDA
+        builders["ours_graphed"] = lambda: Engine(new(), True, GraphedSteps())
+    if "compiled_graphed" in peers and args.device.type == "cuda":
+        builders["ours_compiled_graphed"] = lambda: Engine(torch.compile(new(), dynamic=False), True, GraphedSteps())
     if "torch" in peers:
         builders["nn_transformer"] = lambda: Engine(TorchPeer(new(), cfg), None)
     if "marian" in peers:

@@ -244,10 +244,13 @@ def _padded(src: torch.Tensor, max_lens: torch.Tensor, pad_id: int, eos_id: int)
     return padded, torch.cat([max_lens, max_lens.new_zeros(B2 - B)])
 
 
-def _key(kind, src: torch.Tensor, beams: int, capacity: int, ids: dict, controls: Controls) -> tuple:
+def _key(model, kind, src: torch.Tensor, beams: int, capacity: int, ids: dict, controls: Controls) -> tuple:
+    """What a captured search depends on: the shapes, the settings, the autocast dtype, and where the model's
+    weights are (a graph reads them at the addresses it was captured with: `model.half()` makes new ones)."""
     settings = tuple((type(c).__name__, tuple(sorted(vars(c).items()))) for c in controls.controls)
     dtype = torch.get_autocast_dtype(src.device.type) if torch.is_autocast_enabled(src.device.type) else None
-    return (kind, *src.shape, beams, capacity, tuple(sorted(ids.items())), settings, dtype)
+    weights = tuple((t.data_ptr(), t.dtype) for t in (*model.parameters(), *model.buffers()))
+    return (kind, *src.shape, beams, capacity, tuple(sorted(ids.items())), settings, dtype, hash(weights))
 
 
 def _captured(model, kind: type, src: torch.Tensor, memory, src_mask, kwargs: dict) -> tuple[_Step, Callable, _Graphs]:
@@ -255,7 +258,7 @@ def _captured(model, kind: type, src: torch.Tensor, memory, src_mask, kwargs: di
     the model's lock while it uses them."""
     with _GRAPHS_LOCK:
         graphs = _GRAPHS.setdefault(model, _Graphs())
-    key = _key(kind.__name__, src, kwargs.get("beams", 1), kwargs["capacity"], kwargs["ids"], kwargs["controls"])
+    key = _key(model, kind.__name__, src, kwargs.get("beams", 1), kwargs["capacity"], kwargs["ids"], kwargs["controls"])
     if key not in graphs.entries:
         search = kind(model, memory, src_mask, **kwargs)
         search.begin(memory, src_mask, torch.zeros(src.size(0), dtype=torch.long, device=src.device))
