@@ -1,4 +1,4 @@
-"""CUDA graphs measured in one run (issue 61's plan for a GPU window; `make gpu-report`'s step `graphs`):
+"""CUDA graphs measured in one run (what a GPU window measures first; `make gpu-report`'s step `graphs`):
 
     python scripts/bench_graphs.py                 # on a GPU: docs/results/graphs/*.json
     python scripts/bench_graphs.py --cpu-smoke --out /tmp/x    # the tests' tiny CPU run of the same commands

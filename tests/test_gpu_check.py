@@ -205,6 +205,7 @@ SMOKE_DETAILS = {
     "torchrun": "2 micro-batches per update (no_sync on the first)",
     "kill-resume": "SIGTERM at update",
     "decode": "CPU smoke: the tiny model, pre-LN",
+    "graphs": "CPU smoke: the same steps, no capture",
     "evaluate": "precision auto (fp32)",
     "inspect": "transformer-score within",
     "export-hf": "exported, loaded on cpu",

@@ -83,7 +83,7 @@ def _translations(model, tokenizer, decode, device, precision: str, sources: lis
     return [results[0] for results in translator.translate(sources)]
 
 
-def _judge(half, full, references, label: str) -> tuple[str, bool]:
+def _judge(half, full, references, label: str, against: str = "fp32") -> tuple[str, bool]:
     """One search and precision against fp32: (its part of the line, whether it is within the floors). The same
     tokens on `AGREEMENT` of the sentences pass alone: chrF means little where most outputs are near empty (the CPU
     smoke mode's model of 6 updates: 98% the same tokens and chrF 18 on a Zen 5)."""
@@ -94,7 +94,7 @@ def _judge(half, full, references, label: str) -> tuple[str, bool]:
     same = agreement([t.tokens for t in half], [t.tokens for t in full])
     chrf = CHRF().corpus_score([t.text for t in half], [[t.text for t in full]]).score
     bleu = lambda outputs: corpus_scores([t.text for t in outputs], references)["bleu"]  # noqa: E731
-    part = f"{label}: same {same:.0%}, chrF vs fp32 {chrf:.1f} (BLEU {bleu(half):.2f}, fp32 {bleu(full):.2f})"
+    part = f"{label}: same {same:.0%}, chrF vs {against} {chrf:.1f} (BLEU {bleu(half):.2f}, {against} {bleu(full):.2f})"
     return part, same >= AGREEMENT or (same >= SAME_FLOOR and chrf >= CHRF_FLOOR)
 
 
@@ -161,7 +161,7 @@ def check_graphs(ctx: Context) -> str:
                 if precision == "fp32":
                     part, good = f"{label}: same {same:.0%}", same >= AGREEMENT
                 else:
-                    part, good = _judge(graphed, eager, references, label)
+                    part, good = _judge(graphed, eager, references, label, against="eager")
                 parts.append(f"{part} ({eager_s:.1f} s eager, {graphed_s:.1f} s graphed)")
                 bad += [] if good else [part]
     require(not bad, f"the graphed search strays from the eager one: {'; '.join(bad)}")

@@ -123,10 +123,12 @@ class GraphedSteps:
     def __init__(self) -> None:
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, Batch]] = {}
         self.pool = None  # one memory pool for every shape's graph: they never run at once
+        self.bytes = 0  # what the warm-ups and captures left allocated: static batches and the graphs' pool
 
     def __call__(self, engine: Engine, optimizer, batch: Batch, precision: str) -> None:
         key = (*batch.src.shape, *batch.tgt_in.shape)
         if key not in self.graphs:
+            before = torch.cuda.memory_allocated()
             static = Batch(batch.src.clone(), batch.tgt_in.clone(), batch.tgt_out.clone(), indices=batch.indices)
             static.tgt_index = batch.tgt_index.clone()
             step = lambda: self._step(engine, optimizer, static, precision)  # noqa: E731
@@ -140,6 +142,7 @@ class GraphedSteps:
             with torch.cuda.graph(graph, pool=self.pool):
                 step()
             self.graphs[key] = graph, static
+            self.bytes += torch.cuda.memory_allocated() - before
         graph, static = self.graphs[key]
         for name in ("src", "tgt_in", "tgt_out", "tgt_index"):
             getattr(static, name).copy_(getattr(batch, name))
@@ -177,7 +180,8 @@ def measure(
     """Target tokens/s per engine: after `warmup` untimed steps each, `rounds` interleaved rounds over all the
     batches (engine A, B, C, A, B, C, ...), so that a machine shared with other jobs slows all of them alike.
     Returns {name: {"tokens_per_s": median over rounds, "rounds": [...], "peak_mem_gb": CUDA peak or None,
-    "warmup_s": the warm-up's seconds, a compilation's or capture's included}}, and
+    "warmup_s": the warm-up's seconds, a compilation's or capture's included; a graphed engine's "graphs_gb", what
+    its captures hold, counted in its peak}}, and
     with `profile` > 0 each engine's `profile_steps` over that many batches after the rounds ("profile")."""
     state, warmed = {}, {}  # warmed: seconds of each engine's warm-up (compilation, graph captures included)
     for name, engine in engines.items():
@@ -212,6 +216,9 @@ def measure(
     tokens_per_step = sum(b.n_tgt_tokens for b in batches[warmup:]) / len(batches[warmup:])
     for name, result in results.items():
         result["tokens_per_s"] = statistics.median(result["rounds"])
+        if engines[name].graphed is not None:  # held since the warm-up, so not in the rounds' peak: added here
+            result["graphs_gb"] = round(engines[name].graphed.bytes / 1e9, 2)
+            result["peak_mem_gb"] = round((result["peak_mem_gb"] or 0.0) + result["graphs_gb"], 2)
         if profile:
             step_ms = 1e3 * tokens_per_step / result["tokens_per_s"]  # timed, not profiled
             profiled = batches[warmup : warmup + profile]
