@@ -37,7 +37,13 @@ def _short(words_of: list[list[str]], count: int, rng: np.random.Generator) -> l
 
 
 def _names_numbers(words_of: list[list[str]], count: int, rng: np.random.Generator) -> list[str]:
-    places = [(n, i) for n, words in enumerate(words_of) for i, w in enumerate(words) if i and _NAME_OR_NUMBER.match(w)]
+    places = [
+        (n, i)
+        for n, words in enumerate(words_of)
+        if len(words) >= 6
+        for i, w in enumerate(words)
+        if i and _NAME_OR_NUMBER.match(w)
+    ]
     out = []
     for pick in rng.permutation(len(places))[:count]:
         n, i = places[int(pick)]

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-
-from fastapi import Request
+from typing import TYPE_CHECKING
 
 from transformer.serving.detection import DETECT_CHARS, LanguageDetector, has_letters
 from transformer.serving.engine import Settings
 from transformer.serving.registry import Model, name
 from transformer.serving.requests import ApiError
+
+if TYPE_CHECKING:
+    from fastapi import Request
 
 
 def compose(first, second):
