@@ -330,6 +330,15 @@ def serve_main(argv: list[str] | None = None) -> int:
     )
 
 
+@user_errors_exit_2
+def keys_main(argv: list[str] | None = None) -> int:
+    """transformer-keys --api-keys FILE [list | add [--key K] [--req-limit N] [--char-limit N] | remove KEY]"""
+    from transformer.commands.keys import keys_args, run_keys
+
+    print(run_keys(build_parser("keys", keys_args).parse_args(argv)))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "prepare": prepare_main,
     "train": train_main,
@@ -342,6 +351,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "import": import_main,
     "distill": distill_main,
     "serve": serve_main,
+    "keys": keys_main,
 }
 
 

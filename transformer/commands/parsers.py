@@ -136,6 +136,17 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
         "  curl -s localhost:5000/translate -H 'Content-Type: application/json' "
         '-d \'{"q": "Hola.", "source": "es", "target": "en"}\'',
     ),
+    "keys": (
+        "list, add and remove the API keys of transformer-serve --api-keys, each with its own limits",
+        "The API keys file of transformer-serve --api-keys FILE: one key a line, with its own requests per minute "
+        "and characters per request if any (KEY [REQ_LIMIT [CHAR_LIMIT]]). A running server reads the file again "
+        "when it changes. `add` prints the key (a new random one unless --key); the file is replaced atomically "
+        "(docs/serving.md, Keys and limits).",
+        "  transformer-keys --api-keys keys.txt add --req-limit 60\n"
+        "  transformer-keys --api-keys keys.txt add --key team-a --req-limit 600 --char-limit 20000\n"
+        "  transformer-keys --api-keys keys.txt list\n"
+        "  transformer-keys --api-keys keys.txt remove team-a",
+    ),
 }
 
 
