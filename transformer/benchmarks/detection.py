@@ -2,7 +2,8 @@
 their wheels, on held-out lines of the languages a server has, the way transformer-serve uses them.
 
 - Held-out sets (`held_out`), per language: `ordinary` lines as written; `short` runs of 1 to 5 consecutive words
-  (as many of each length) cut from them; `names_numbers` runs of 3 to 6 words around a word that starts with a
+  (as many of each length) cut from them, words being runs of text with a letter (a tokenized corpus's lone
+  punctuation marks are left out); `names_numbers` runs of 3 to 6 words around a word that starts with a
   capital (not the line's first) or holds a digit, so a name or a number weighs on a short text.
 - A candidate is a function `text -> [(ISO 639-1 code, probability), ...]` over the library's own languages, best
   first (`CANDIDATES`; each imported only when measured). Its answer is read two ways: `restricted`, the best of
@@ -61,7 +62,7 @@ def held_out(lines: dict[str, Sequence[str]], count: int, seed: int = 0) -> dict
         rng = np.random.default_rng(seed)
         kept = [text.strip() for text in texts if text.strip()]
         ordinary = [kept[int(n)] for n in rng.permutation(len(kept))[:count]]
-        words_of = [text.split() for text in kept]
+        words_of = [[word for word in text.split() if any(c.isalpha() for c in word)] for text in kept]
         sets["ordinary"][language] = ordinary
         sets["short"][language] = _short(words_of, count, rng)
         sets["names_numbers"][language] = _names_numbers(words_of, count, rng)

@@ -317,11 +317,8 @@ class ServeConfig:
         require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
         require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
         require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
-        for name in ("req_limit", "char_limit", "batch_limit"):
-            value = getattr(self, name)
-            require(
-                value == -1 or value > 0, f"--{name.replace('_', '-')} must be positive, or -1 for none; got {value}"
-            )
+        limits = [v == -1 or v > 0 for v in (self.req_limit, self.char_limit, self.batch_limit)]
+        require(all(limits), "req_limit, char_limit and batch_limit must be positive, or -1 for none")
 
 
 @dataclass(frozen=True, kw_only=True)
