@@ -44,7 +44,9 @@ def _level(level: Level, label: str) -> dict:
 
 def two_pairs(port: int, work: dict[Pair, Sequence[str]], clients: int) -> dict:
     """{"alone": [each pair's level with only its clients], "together": [each pair's level with both pairs'
-    clients at once]}; work: {pair: its sentences}."""
+    clients at once]}; work: {pair: its sentences}. Each pair is warmed up first (8 sentences, not counted)."""
+    for pair, sentences in work.items():
+        run_clients(port, list(sentences[:8]), 4, pair)
     alone = [_level(run_clients(port, list(s), clients, pair), "-".join(pair)) for pair, s in work.items()]
     together: dict[Pair, Level] = {}
 
