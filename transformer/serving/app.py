@@ -30,6 +30,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from transformer.config import ServeConfig
+from transformer.decoding.streaming import Translation
 from transformer.errors import UserError
 from transformer.serving.access import KeyRing
 from transformer.serving.documents import file_formats, translate_file, translate_html
@@ -190,9 +191,8 @@ async def translate_native(request: Request) -> JSONResponse:
     return await off_loop(lambda: JSONResponse(answer))
 
 
-def _as_is(line: str):
-    from transformer.decoding.streaming import Translation
-
+def _as_is(line: str) -> Translation:
+    """A line with no letter under `source: auto`: itself, confidence 0 (as LibreTranslate answers it)."""
     return Translation(line, 0.0, 0.0, [], confidence=0.0)
 
 
