@@ -5,8 +5,8 @@ Each case either fails as the project promises (exit code 2, one line `error: ..
 traceback) or gives the correct output; in both, nothing is lost: every file that existed before is unchanged,
 and no temporary file is left behind. The commands run in-process through their main functions (fast). The cases
 are listed in tests/bad_inputs_training.py (prepare, train, average, calibrate) and tests/bad_inputs_decoding.py
-(translate, evaluate, keys), their shared inputs and setups in tests/bad_inputs.py; tests/test_real_faults.py checks real
-signals, a closed standard input, read-only folders and long inputs.
+(translate, evaluate, keys), their shared inputs and setups in tests/bad_inputs.py; tests/test_real_faults.py
+checks real signals, a closed standard input, read-only folders and long inputs.
 """
 
 from __future__ import annotations
