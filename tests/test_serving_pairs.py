@@ -210,19 +210,18 @@ def test_start_up_refuses_a_bad_set_of_models_naming_it(pairs, tmp_path, capsys)
 
 
 def test_sigterm_with_requests_in_flight_on_two_models_answers_them_all(pairs, oracle, tmp_path):
-    args = [arg for label in ("es-en", "en-es") for arg in ("--model", str(pairs[label]))]
+    args = [arg for label in ("es-en", "en-es", "en-yy") for arg in ("--model", str(pairs[label]))]
     served = Served([*args, "--batch-wait-ms", "1500", "--batch-tokens", "100000"], tmp_path / "log")
-    es = spanish(8, seed=15)
-    jobs = [("es", "en", line) if n % 2 == 0 else ("en", "es", english(line)) for n, line in enumerate(es)]
+    es = spanish(9, seed=15)
+    routes = [("es", "en"), ("en", "es"), ("es", "yy")]  # the third through the pivot: its second leg after SIGTERM
+    jobs = [(*routes[n % 3], line if n % 3 != 1 else english(line)) for n, line in enumerate(es)]
     answers: dict[int, object] = {}
-    threads = [
-        threading.Thread(
-            target=lambda n=n: answers.__setitem__(
-                n, post(served, "/translate", dict(zip(("source", "target", "q"), jobs[n])))
-            )
-        )
-        for n in range(len(jobs))
-    ]
+
+    def client(n: int) -> None:
+        source, target, line = jobs[n]
+        answers[n] = post(served, "/translate", {"q": line, "source": source, "target": target})
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(len(jobs))]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 20
@@ -232,6 +231,7 @@ def test_sigterm_with_requests_in_flight_on_two_models_answers_them_all(pairs, o
     for t in threads:
         t.join(30)
     for n, (source, target, line) in enumerate(jobs):
-        assert answers[n][::2] == (200, {"translatedText": oracle[f"{source}-{target}"].translate([line])[0]})
+        expected = pivoted(oracle, [line])[0] if target == "yy" else oracle[f"{source}-{target}"].translate([line])[0]
+        assert answers[n][::2] == (200, {"translatedText": expected})
     log = served.log.read_text(encoding="utf-8")
     assert "every accepted request was answered" in log and "Traceback" not in log

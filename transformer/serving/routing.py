@@ -4,7 +4,8 @@ route in turn (registry.py decides the route before any engine runs).
 - Pivoting: the first model translates each line into the pivot language (its best hypothesis, with the model's
   own search settings and the request's switches), the second translates that into the target with everything the
   request asked for (n-best and alternatives, search settings, prefixes, constraints and glossary terms: they name
-  the target side). Each leg is decoded by its own model's batcher, in turns with that model's other requests.
+  the target side). Each leg is decoded by its own model's batcher, in turns with that model's other requests;
+  the second waits for room in its model's queue (an admitted request is not refused halfway), up to the deadline.
 - A pivoted hypothesis (`compose`) is the last leg's text, score, log-probability and tokens; its confidence is the
   product of the two legs' (the translation is right only if both legs are: an independence guess, and never more
   than either); its word alignment, when asked for, is the two legs' composed (source word -> pivot word ->
@@ -58,7 +59,7 @@ async def decode_route(
     into_pivot = dataclasses.replace(into_pivot, options=settings.options)
     firsts = await service.decode(request, lines, into_pivot, None, pair=route[0].pair, patient=patient)
     middle = [hyps[0].text for hyps in firsts]
-    seconds = await service.decode(request, middle, settings, controls, pair=route[1].pair, patient=patient)
+    seconds = await service.decode(request, middle, settings, controls, pair=route[1].pair, patient=True)
     return [[compose(first[0], hyp) for hyp in hyps] for first, hyps in zip(firsts, seconds)]
 
 

@@ -16,8 +16,9 @@ request's body, work and answer are bounded.
   `--req-limit` (or a key's own) past it, 429 (access.py).
 - A model error answers 500 with the request's id and a generic message; the detail goes to the server log with the
   same id (batcher.py logs it), never to the client.
-- Shutdown (`drain`, on SIGTERM): no new request is admitted (503), the requests in flight are decoded, and those
-  still unanswered `--shutdown-timeout-s` later are answered 503.
+- Shutdown (`drain`, on SIGTERM): no new request is admitted (503), the requests in flight are decoded (a
+  pivot's second leg and a file's next sentences included), and those still unanswered `--shutdown-timeout-s`
+  later are answered 503.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class Service:
         model = self.registry.models[pair] if pair is not None else self.registry.first
         batcher = self.batchers[model.pair]
         sources, weights = await off_loop(measure, model.engine, lines, settings, controls, self.work_limits)
-        if self._closing:
+        if self._closing and not getattr(request.state, "admitted", False):  # a new request, not a pivot's next leg
             raise ApiError(503, "Server shutting down: retry on another server", self._retry_after())
         future = asyncio.get_running_loop().create_future()
         job = Job(
@@ -212,6 +213,7 @@ class Service:
             name=request.state.id,
         )
         await self._submit(batcher, job, request, patient)
+        request.state.admitted = True  # its next legs and a file's next sentences go on through a shutdown
         results = await self._results(job, future, request)
         self.metrics.work(len(lines), sum(sources), sum(len(hyps[0].tokens) for hyps in results if hyps))
         return results
@@ -223,7 +225,7 @@ class Service:
             if not patient:
                 busy = f"Server busy: {batcher.queued_lines} lines are waiting; retry later"
                 raise ApiError(503, busy, self._retry_after())
-            if self._closing:
+            if self._stopping.is_set() or (self._closing and not getattr(request.state, "admitted", False)):
                 raise ApiError(503, "Server shutting down: retry on another server", self._retry_after())
             if time.monotonic() >= job.deadline:
                 raise self.timed_out(request)
