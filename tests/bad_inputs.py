@@ -36,6 +36,7 @@ MAINS = {
     "average": cli.average_main,
     "distill": cli.distill_main,
     "calibrate": cli.calibrate_main,
+    "keys": cli.keys_main,
 }
 
 

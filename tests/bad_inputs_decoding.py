@@ -323,3 +323,28 @@ if os.path.exists("/dev/full"):  # a full disk, as the kernel reports it
             "cannot write /dev/full: the disk is full",
         ),
     ]
+
+KEYS = [  # transformer-keys: the keys file is left as it was
+    Case(
+        "keys-bad-line",
+        "keys",
+        ["--api-keys", "{tmp}/keys.txt", "add", "--key", "new"],
+        "keys.txt line 2: write KEY [REQ_LIMIT [CHAR_LIMIT]]",
+        write("keys.txt", "good 5\nbad -3\n"),
+    ),
+    Case(
+        "keys-remove-unknown",
+        "keys",
+        ["--api-keys", "{tmp}/keys.txt", "remove", "nobody"],
+        "has no key 'nobody'",
+        write("keys.txt", "good 5\n"),
+    ),
+    Case(
+        "keys-not-utf8",
+        "keys",
+        ["--api-keys", "{tmp}/keys.txt", "list"],
+        "cannot read the API keys file",
+        write("keys.txt", b"caf\xe9\n"),
+    ),
+    Case("keys-zero-limit", "keys", ["--api-keys", "{tmp}/k.txt", "add", "--req-limit", "0"], "must be positive"),
+]

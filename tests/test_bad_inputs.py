@@ -1,12 +1,12 @@
-"""A catalogue of bad inputs and faults over seven commands (prepare, train, translate, evaluate, average, distill,
-calibrate).
+"""A catalogue of bad inputs and faults over eight commands (prepare, train, translate, evaluate, average, distill,
+calibrate, keys).
 
 Each case either fails as the project promises (exit code 2, one line `error: ...` naming the problem, no
 traceback) or gives the correct output; in both, nothing is lost: every file that existed before is unchanged,
 and no temporary file is left behind. The commands run in-process through their main functions (fast). The cases
 are listed in tests/bad_inputs_training.py (prepare, train, average, calibrate) and tests/bad_inputs_decoding.py
-(translate, evaluate), their shared inputs and setups in tests/bad_inputs.py; tests/test_real_faults.py checks real
-signals, a closed standard input, read-only folders and long inputs.
+(translate, evaluate, keys), their shared inputs and setups in tests/bad_inputs.py; tests/test_real_faults.py
+checks real signals, a closed standard input, read-only folders and long inputs.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from bad_inputs import MAINS, Case
-from bad_inputs_decoding import EVALUATE, TRANSLATE
+from bad_inputs_decoding import EVALUATE, KEYS, TRANSLATE
 from bad_inputs_training import AVERAGE, CALIBRATE, DISTILL, PREPARE, TRAIN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the crafted pickle is a plain one
-CASES = PREPARE + TRAIN + TRANSLATE + EVALUATE + AVERAGE + DISTILL + CALIBRATE
+CASES = PREPARE + TRAIN + TRANSLATE + EVALUATE + AVERAGE + DISTILL + CALIBRATE + KEYS
 
 
 def _snapshot(*folders: Path) -> dict[Path, str]:

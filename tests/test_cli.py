@@ -93,6 +93,7 @@ COMMAND_NAMES = [
     "import",
     "distill",
     "serve",
+    "keys",
 ]
 
 

@@ -179,7 +179,7 @@ def test_output_dash_is_standard_output_and_progress_counts_sentences(tiny, tmp_
 
 
 @pytest.mark.parametrize(
-    "command", ["prepare", "train", "translate", "evaluate", "score", "average", "export", "serve"]
+    "command", ["prepare", "train", "translate", "evaluate", "score", "average", "export", "serve", "keys"]
 )
 def test_help_shows_defaults_examples_and_where_config_keys_are(command, capsys):
     from transformer.commands.cli import main

@@ -39,7 +39,10 @@ COVERED_ELSEWHERE = {  # command -> (the file that runs it, how)
         ".ci/run",
         "the dev extra that `make test` installs holds the serve extra's packages",
     ),
-    "transformer-serve --checkpoint CKPT": ("tests/test_serving.py", "starts the real server and talks HTTP to it"),
+    "transformer-serve --model es-en.pt --model en-es.pt --model en-de.pt": (
+        "tests/test_serving_pairs.py",
+        "starts the real server with three models (es-en, en-es, en-yy) and talks HTTP to it, pivots included",
+    ),
     "transformer-translate --checkpoint CKPT --format --input report.docx --output report.en.docx": (
         "tests/test_documents_cli.py",
         "translates a Word file end to end (test_each_format_is_translated_end_to_end)",

@@ -125,10 +125,9 @@ def test_a_list_q_keeps_libretranslates_shape_with_alternatives_and_each_items_e
         "translatedText": ["<p>UNO <i>DOS</i></p>", "", "TRES"],
         "alternatives": [["<p>UNO <i>DOS</i></p>"], [""], ["TRES"]],  # the scripted engine has one hypothesis
     }
-    assert html(port, "<b>solo</b>", source="auto")[2] == {
-        "translatedText": "<b>SOLO</b>",
-        "detectedLanguage": {"confidence": 100.0, "language": "es"},
-    }
+    detected = html(port, "<b>solo</b>", source="auto")[2]
+    assert detected["translatedText"] == "<b>SOLO</b>" and detected["detectedLanguage"]["language"] == "es"
+    assert 0 < detected["detectedLanguage"]["confidence"] <= 100  # py3langid's probability, in percent
     status, _, answer = html(port, ["<p>bien</p>", "<p>mal <b"])
     assert status == 400 and answer["error"].startswith("Invalid request: q[1]: line 1: a tag or comment")
 

@@ -66,6 +66,7 @@ def test_api_keys(checkpoint, tmp_path, oracle):
         (["--checkpoint", "{ckpt}", "--api-keys", "nokeys.txt"], "cannot read the API keys file"),
         (["--checkpoint", "{ckpt}", "--max-lines", "0"], "must be positive"),
         (["--checkpoint", "{ckpt}", "--file-ttl-s", "0"], "must be positive"),
+        (["--checkpoint", "{ckpt}", "--req-limit", "0"], "must be positive, or -1 for none"),
         (
             ["--checkpoint", "{ckpt}", "--max-file-bytes", "2000", "--file-store-bytes", "1000"],
             "file_store_bytes (1000) must be at least max_file_bytes (2000)",

@@ -98,3 +98,34 @@ def test_type_translate_and_open_the_alignment_and_attention_views(browser, tmp_
         assert browser.find_element(By.ID, "status").text == ""
     finally:
         assert served.stop() == 0
+
+
+def test_the_page_chooses_the_pair_among_several_and_shows_the_route(browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from serve_client import in_process
+    from test_serving_access import two_pairs
+
+    from transformer.config import ServeConfig
+
+    _, _, registry = two_pairs()  # es-en upper-cases, en-es reverses the words
+    with in_process(registry, ServeConfig(batch_wait_ms=0)) as port:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait.until(ready.text_to_be_present_in_element((By.ID, "to"), "English"))
+        source, target = Select(browser.find_element(By.ID, "from")), Select(browser.find_element(By.ID, "to"))
+        assert [o.text for o in source.options] == ["Detect the language", "Spanish (es)", "English (en)"]
+        source.select_by_value("en")
+        assert [o.text for o in target.options] == ["Spanish (es)"]
+        browser.find_element(By.ID, "source").send_keys("the dog eats bread")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(ready.text_to_be_present_in_element((By.ID, "output"), "bread eats dog the"))
+        assert browser.find_element(By.ID, "route").text == "route: en \u2192 es"
+        source.select_by_value("auto")
+        browser.find_element(By.ID, "source").clear()
+        browser.find_element(By.ID, "source").send_keys("el perro come pan y bebe agua")
+        Select(browser.find_element(By.ID, "to")).select_by_value("en")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(ready.text_to_be_present_in_element((By.ID, "output"), "EL PERRO COME PAN"))
+        assert browser.find_element(By.ID, "route").text == "route: es \u2192 en"

@@ -94,8 +94,17 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
 
     Dimensions all differ (d_model 24, 2 heads, d_ff 40, 2 + 3 layers). Written to folder/checkpoint.pt.
     """
-    src, tgt = sentences(2000, seed=5), None
+    src = sentences(2000, seed=5)
     tgt = [" ".join(reversed(s.split())) for s in src]
+    model = dict(norm_first=norm_first, activation=activation)
+    return train_tiny(folder, src, tgt, model=model, data=dict(src_lang="xx", tgt_lang="yy"), steps=steps)
+
+
+def train_tiny(
+    folder: Path, src: list[str], tgt: list[str], *, model: dict, data: dict, steps: int, vocab: int = 60
+) -> Path:
+    """A tiny model (d_model 24, 2 heads, d_ff 40, 2 + 3 layers; `model` and `data` config keys on top) trained
+    `steps` updates on the pairs (src, tgt) with a joint vocabulary of `vocab`; written to folder/checkpoint.pt."""
     config = from_dict(
         {
             "model": dict(
@@ -106,14 +115,13 @@ def build_trained(folder: Path, *, norm_first: bool, activation: str, steps: int
                 n_decoder_layers=3,
                 dropout=0.0,
                 max_positions=40,
-                norm_first=norm_first,
-                activation=activation,
+                **model,
             ),
-            "data": dict(src_lang="xx", tgt_lang="yy", vocab_size=60),
+            "data": dict(vocab_size=vocab, **data),
             "decode": dict(max_len_a=0.0, max_len_b=30, beam_size=4, length_penalty="fairseq", alpha=1.0),
         }
     )
-    tokenizer = Tokenizer.train(src, tgt, vocab_size=60)
+    tokenizer = Tokenizer.train(src, tgt, vocab_size=vocab)
     torch.manual_seed(0)
     model = Transformer.from_config(
         config.model, src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size, pad_id=PAD_ID

@@ -45,9 +45,11 @@ def book_sentences(count: int, path: Path = TEST_BOOKS) -> list[str]:
     return sources[::step][:count]
 
 
-def start_server(checkpoint: str, log: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    """The server on a free loopback port: (process, port), once it listens."""
-    command = [sys.executable, "-m", "transformer", "serve", "--checkpoint", checkpoint, "--port", "0", *extra]
+def start_server(checkpoint: str | list[str], log: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
+    """The server of `checkpoint` (a list: the model flags themselves, `--model A --model B`) on a free loopback
+    port: (process, port), once it listens."""
+    models = ["--checkpoint", checkpoint] if isinstance(checkpoint, str) else checkpoint
+    command = [sys.executable, "-m", "transformer", "serve", *models, "--port", "0", *extra]
     with open(log, "wb") as err:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=dict(os.environ))
     deadline = time.monotonic() + 120

@@ -234,13 +234,21 @@ def distill_main(argv: list[str] | None = None) -> int:
 
 
 def _serve_args(parser: argparse.ArgumentParser) -> None:
-    """The checkpoint(s), where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
+    """The models, where to listen, the keys, and ServeConfig's limits and batching (its defaults)."""
     from transformer.config import ServeConfig
 
     parser.add_argument(
-        "--checkpoint", nargs="+", required=True, metavar="CKPT", help="checkpoint file(s); several: an ensemble"
+        "--model",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="CKPT",
+        help="a model for the pair its config names (repeatable: one per pair); several checkpoints: an ensemble",
     )
-    parser.add_argument("--api-keys", metavar="FILE", help="require an api_key field, one of FILE's lines")
+    parser.add_argument("--checkpoint", nargs="+", metavar="CKPT", help="one more --model (a one-pair server's flag)")
+    parser.add_argument(
+        "--api-keys", metavar="FILE", help="require an api_key field: FILE's keys, each with its own limits if any"
+    )
     parser.add_argument(
         "--glossary",
         action="append",
@@ -284,13 +292,20 @@ SERVE_HELP = {
     "file_timeout_s": "seconds from a file upload's arrival to its answer (504 past it)",
     "file_store_bytes": "translated files kept for download, in all (the oldest go first past it)",
     "file_ttl_s": "seconds a translated file is kept for download (404 after)",
+    "pivot": "the language a pair with no model of its own is translated through ('': none)",
+    "req_limit": "requests per minute per client, its API key or its address (429 past it; -1: none)",
+    "char_limit": "characters of a request's q in all; a key's own limit first (400 past it; -1: none)",
+    "batch_limit": "items of a request's list q (400 past it; -1: none)",
 }
 
 
 @user_errors_exit_2
 def serve_main(argv: list[str] | None = None) -> int:
-    """transformer-serve --checkpoint CKPT [CKPT ...] [--host 127.0.0.1] [--port 5000] [--api-keys FILE]"""
+    """transformer-serve --model CKPT [CKPT ...] [--model ...] [--host 127.0.0.1] [--port 5000] [--api-keys FILE]"""
     args = build_parser("serve", _serve_args).parse_args(argv)
+    models = [*([args.checkpoint] if args.checkpoint else []), *args.model]
+    if not models:
+        raise UserError("transformer-serve needs a model: --model CKPT (repeatable, one per pair)")
     from transformer.config import ServeConfig
 
     try:
@@ -306,13 +321,22 @@ def serve_main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)}
     return serve(
-        args.checkpoint,
+        models,
         ServeConfig(**fields),
         keys_file=args.api_keys,
         device=args.device,
         precision=args.precision,
         glossaries=args.glossary,
     )
+
+
+@user_errors_exit_2
+def keys_main(argv: list[str] | None = None) -> int:
+    """transformer-keys --api-keys FILE [list | add [--key K] [--req-limit N] [--char-limit N] | remove KEY]"""
+    from transformer.commands.keys import keys_args, run_keys
+
+    print(run_keys(build_parser("keys", keys_args).parse_args(argv)))
+    return 0
 
 
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
@@ -327,6 +351,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "import": import_main,
     "distill": distill_main,
     "serve": serve_main,
+    "keys": keys_main,
 }
 
 

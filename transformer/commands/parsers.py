@@ -126,13 +126,26 @@ HELP = {  # command -> (summary, description, examples): `python -m transformer 
     ),
     "serve": (
         "serve translations over HTTP (LibreTranslate's API, a native API, a page)",
-        "Serve a checkpoint (several: an ensemble) over HTTP: LibreTranslate's POST /translate and /languages, the "
-        "native POST /api/translate (n-best, scores, alignments, search settings), a page at /, GET /health and "
-        "GET /metrics. Concurrent requests are decoded together. Needs the serve extra (docs/serving.md).",
-        "  transformer-serve --checkpoint runs/demo/checkpoint_last.pt\n"
-        "  transformer-serve --checkpoint a.pt b.pt --port 8080 --api-keys keys.txt\n"
+        "Serve models over HTTP, one per language pair (several checkpoints after one --model: an ensemble), pairs "
+        "without a model of their own through --pivot: LibreTranslate's POST /translate, /detect and /languages, "
+        "the native POST /api/translate (n-best, scores, alignments, search settings, the route), a page at /, GET "
+        "/health and GET /metrics. Concurrent requests are decoded together, each model in its own worker. Needs "
+        "the serve extra (docs/serving.md).",
+        "  transformer-serve --model runs/es-en/averaged.pt --model runs/en-es/averaged.pt\n"
+        "  transformer-serve --checkpoint a.pt b.pt --port 8080 --api-keys keys.txt --req-limit 60\n"
         "  curl -s localhost:5000/translate -H 'Content-Type: application/json' "
         '-d \'{"q": "Hola.", "source": "es", "target": "en"}\'',
+    ),
+    "keys": (
+        "list, add and remove the API keys of transformer-serve --api-keys, each with its own limits",
+        "The API keys file of transformer-serve --api-keys FILE: one key a line, with its own requests per minute "
+        "and characters per request if any (KEY [REQ_LIMIT [CHAR_LIMIT]]). A running server reads the file again "
+        "when it changes. `add` prints the key (a new random one unless --key); the file is replaced atomically "
+        "(docs/serving.md, Keys and limits).",
+        "  transformer-keys --api-keys keys.txt add --req-limit 60\n"
+        "  transformer-keys --api-keys keys.txt add --key team-a --req-limit 600 --char-limit 20000\n"
+        "  transformer-keys --api-keys keys.txt list\n"
+        "  transformer-keys --api-keys keys.txt remove team-a",
     ),
 }
 

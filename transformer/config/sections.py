@@ -300,6 +300,10 @@ class ServeConfig:
     file_timeout_s: float = 300.0  # from a file upload's arrival to its answer, seconds; past it: 504 (408 for a body)
     file_store_bytes: int = 64 << 20  # translated files kept for download, bytes in all; past it the oldest go
     file_ttl_s: float = 1800.0  # how long a translated file is kept for download, seconds; then 404
+    pivot: str = "en"  # the language a pair without a model of its own is translated through ("": no pivoting)
+    req_limit: int = -1  # requests per minute per client (its API key, else its address); past it 429; -1: none
+    char_limit: int = -1  # characters of a request's q in all (a key's own limit first); more: 400; -1: none
+    batch_limit: int = -1  # items of a request's list q; more: 400; -1: none
 
     def __post_init__(self) -> None:
         positive = [self.max_body_bytes, self.max_lines, self.max_chars, self.batch_tokens, self.queue_lines]
@@ -314,6 +318,8 @@ class ServeConfig:
         require(0 <= self.port < 65536, f"port must be in [0, 65535], got {self.port}")
         require(self.batch_wait_ms >= 0 and self.retry_after_s >= 0, "batch_wait_ms and retry_after_s must be >= 0")
         require(self.max_beam >= 1 and self.max_len_a >= 0 and self.max_len_b >= 0, "max_beam must be >= 1")
+        limits = [v == -1 or v > 0 for v in (self.req_limit, self.char_limit, self.batch_limit)]
+        require(all(limits), "req_limit, char_limit and batch_limit must be positive, or -1 for none")
 
 
 @dataclass(frozen=True, kw_only=True)

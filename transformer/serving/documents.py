@@ -1,11 +1,13 @@
 """Documents through the server: POST /translate_file (LibreTranslate's file upload) and `format: html` in POST
-/translate, each translated by transformer.documents (markup kept, inline tags placed by word alignment) with this
-server's model, its sentences decoded by the batcher with the other requests' lines.
+/translate, each translated by transformer.documents (markup kept, inline tags placed by word alignment) through
+the request's route (one model, or two through the pivot: alignments composed, routing.py), its sentences decoded
+by the batchers with the other requests' lines. A file with `source: auto` is cut into sentences first, and its
+language detected from them (their first detection.DETECT_CHARS characters).
 
 A document goes in three steps, none of which holds the event loop or a thread while it waits:
 1. read and cut into sentences in a worker thread (`prepare_document`); a document that is not of its format
    (invalid UTF-8, broken markup, a corrupt .docx) is a 400 with the documents package's one line;
-2. its sentences decoded through `Service.decode`, with alignments where the model reads them (one model; an
+2. its sentences decoded through its route (`decode_route`), with alignments where the models read them (an
    ensemble's tags are placed by the proportional guess of docs/documents.md). A file's go a request's worth
    (--max-lines sentences) at a time, each waiting for its turn (and for room in a full queue) as a request does:
    so a long file shares the decoder's rounds with every other request instead of holding it, and its deadline
@@ -31,7 +33,9 @@ from transformer.documents import FORMATS, PreparedDocument, prepare_document, r
 from transformer.errors import UserError
 from transformer.serving.engine import Settings
 from transformer.serving.libretranslate import check_file_fields
+from transformer.serving.registry import Model
 from transformer.serving.requests import ApiError, check_lines
+from transformer.serving.routing import decode_route, resolve
 from transformer.serving.service import Service, off_loop
 
 FILE_FORMATS = {extension: name for name, (extensions, _) in FORMATS.items() for extension in extensions}
@@ -92,18 +96,23 @@ def check_unpacked(data: bytes, name: str, limit: int) -> None:
         raise ApiError(413, f"File too large: {name} unpacks to {unpacked} bytes, the limit is {limit} ({ratio})")
 
 
-def prepare(service: Service, data: str | bytes, format: str, name: str) -> PreparedDocument:
-    """`data` read as a `format` document and cut into sentences the model takes; a 400 when it is not of its
-    format. CPU work on up to a whole file: run off the event loop."""
-    engine = service.engine
+def prepare(engine, data: str | bytes, format: str, name: str, language: str | None = None) -> PreparedDocument:
+    """`data` read as a `format` document and cut into sentences that `engine` (a route's first model) takes, by
+    the sentence splitter of `language` (default: the engine's source); a 400 when it is not of its format. CPU
+    work on up to a whole file: run off the event loop."""
 
     def fits(sentence: str) -> bool:
         return engine.source_tokens([sentence])[0] <= engine.max_positions
 
     try:
-        return prepare_document(data, format, fits, language=engine.languages[0], name=name)
+        return prepare_document(data, format, fits, language=language or engine.languages[0], name=name)
     except UserError as exc:
         raise ApiError(400, f"Invalid request: {exc}") from None
+
+
+def _attends(route: tuple[Model, ...]) -> bool:
+    """Whether every model of a route reads word alignments (one model each; an ensemble does not)."""
+    return all(model.engine.attends for model in route)
 
 
 def _pairs(results: list[list], k: int = 0) -> list[tuple[str, list | None]]:
@@ -113,21 +122,21 @@ def _pairs(results: list[list], k: int = 0) -> list[tuple[str, list | None]]:
 
 
 async def translate_html(
-    service: Service, request: Request, items: list[tuple[str, str]], settings: Settings
+    service: Service, request: Request, route: tuple[Model, ...], items: list[tuple[str, str]], settings: Settings
 ) -> list[list[str]]:
     """`format: html`: each (name, item) translated as an HTML document, `settings.nbest` times (the best, then each
     alternative), its sentences within --max-lines and --max-chars (400) and decoded in one request's turns."""
     limits = service.serve.max_lines, service.serve.max_chars
 
     def plan() -> list[PreparedDocument]:
-        prepared = [prepare(service, item, "html", name) for name, item in items]
+        prepared = [prepare(route[0].engine, item, "html", name) for name, item in items]
         check_lines([sentence for document in prepared for sentence in document.sentences], *limits)
         return prepared
 
     prepared = await off_loop(plan)
     sentences = [sentence for document in prepared for sentence in document.sentences]
-    settings = dataclasses.replace(settings, alignment=service.engine.attends)
-    results = await service.decode(request, sentences, settings)
+    settings = dataclasses.replace(settings, alignment=_attends(route))
+    results = await decode_route(service, request, route, sentences, settings)
 
     def rebuild() -> list[list[str]]:
         texts, start = [], 0
@@ -143,23 +152,26 @@ async def translate_html(
 async def translate_file(service: Service, request: Request) -> str:
     """POST /translate_file: the uploaded file translated and kept in the file store; its key there."""
     fields = await service.upload(request)
-    upload = check_file_fields(fields, service.engine.languages)
+    upload = check_file_fields(fields)
     limit = service.serve.max_file_bytes
     if len(upload.data) > limit:
         raise ApiError(413, f"File too large: {len(upload.data)} bytes, the limit is {limit} (--max-file-bytes)")
     format, name = upload_format(upload.filename), download_name(upload.filename)
+    source, target = fields["source"], fields["target"]
+    if source != "auto":
+        service.registry.route(source, target)  # an unknown pair is refused before the file is read
 
-    def read() -> PreparedDocument:
+    def read(engine, language: str | None = None) -> PreparedDocument:
         if format == "docx":
             check_unpacked(upload.data, name, UNPACKED_RATIO * limit)
-        return prepare(service, upload.data, format, name)
+        return prepare(engine, upload.data, format, name, language)
 
-    prepared = await off_loop(read)
-    settings = Settings(alignment=service.engine.attends)
-    results, size = [], service.serve.max_lines
-    for start in range(0, len(prepared.sentences), size):
-        lines = prepared.sentences[start : start + size]
-        results += await service.decode(request, lines, settings, patient=start > 0)
+    first = service.registry.first.engine if source == "auto" else service.registry.route(source, target)[0].engine
+    prepared = await off_loop(read, first)
+    route, _ = await resolve(service, source, target, prepared.sentences)
+    if route is not None and route[0].engine is not first:  # auto: cut again for the detected language's model
+        prepared = await off_loop(read, route[0].engine)
+    results = await _decode_file(service, request, route, prepared.sentences)
     data = await off_loop(prepared.rebuild, _pairs(results))
     key = service.files.put(name, data, MEDIA_TYPES[format])
     if key is None:
@@ -168,3 +180,24 @@ async def translate_file(service: Service, request: Request) -> str:
             413, f"Translated file too large: {len(data)} bytes, the file store holds {store} (--file-store-bytes)"
         )
     return key
+
+
+async def _decode_file(service: Service, request: Request, route: tuple[Model, ...] | None, sentences: list[str]):
+    """A file's sentences through `route` a request's worth (--max-lines) at a time, each patient for room in a
+    full queue; a route of None (`auto` found no letter) keeps each sentence as it is."""
+    if route is None:
+        return [[_Kept(sentence)] for sentence in sentences]
+    settings = Settings(alignment=_attends(route))
+    results, size = [], service.serve.max_lines
+    for start in range(0, len(sentences), size):
+        lines = sentences[start : start + size]
+        results += await decode_route(service, request, route, lines, settings, patient=start > 0)
+    return results
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A sentence kept as it is: its text, no alignment (the proportional guess places its tags)."""
+
+    text: str
+    alignment: None = None

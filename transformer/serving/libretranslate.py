@@ -4,12 +4,16 @@ answers and error messages.
 POST /translate reads `q` (a string, or a list of strings), `source`, `target`, `format` (`text` or `html`),
 `alternatives` and `api_key` from a JSON body, a form or a multipart body (requests.py), and answers
 `{"translatedText": ...}`: a string for a string `q`, a list for a list. With `source: auto` the answer adds
-`detectedLanguage` (the model's one source language, confidence 100: nothing is detected). With `alternatives: N`
+`detectedLanguage` (`{"confidence", "language"}`, the language detected among those served: routing.py; for a list
+`q`, one such entry per item, all alike, as LibreTranslate answers). With `alternatives: N`
 it adds `alternatives`, the next N hypotheses of the beam (a list per item for a list `q`). A `q` with several
 lines is translated line by line and joined back with newlines; a `format: html` item is translated as an HTML
 document, its markup kept and its inline tags placed by word alignment (documents.py).
+LibreTranslate's `--batch-limit` (items of a list `q`) and `--char-limit` (characters of a request's `q`, a key's
+own limit first) are checked here. The languages are the registry's (registry.py: which pairs, which routes).
 Errors are LibreTranslate's: 400 with "Invalid request: missing q parameter", "xx is not supported",
-"xml format is not supported", ..., each as `{"error": "..."}`.
+"xml format is not supported", "Invalid request: request (N) exceeds text limit (M)", ..., each as
+`{"error": "..."}`.
 """
 
 from __future__ import annotations
@@ -19,42 +23,6 @@ from dataclasses import dataclass, field
 
 from transformer.serving.engine import Settings
 from transformer.serving.requests import ApiError, Upload, check_lines, short
-
-NAMES = {  # ISO 639-1 code -> English name, for /languages; other codes are named by themselves
-    "ar": "Arabic",
-    "cs": "Czech",
-    "da": "Danish",
-    "de": "German",
-    "el": "Greek",
-    "en": "English",
-    "es": "Spanish",
-    "fi": "Finnish",
-    "fr": "French",
-    "he": "Hebrew",
-    "hi": "Hindi",
-    "hu": "Hungarian",
-    "it": "Italian",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "la": "Latin",
-    "nl": "Dutch",
-    "pl": "Polish",
-    "pt": "Portuguese",
-    "ro": "Romanian",
-    "ru": "Russian",
-    "sv": "Swedish",
-    "tr": "Turkish",
-    "uk": "Ukrainian",
-    "zh": "Chinese",
-}
-
-
-def languages(source: str, target: str) -> list[dict]:
-    """GET/POST /languages: the model's source language (which translates into its target) and its target."""
-    return [
-        {"code": source, "name": NAMES.get(source, source), "targets": [target]},
-        {"code": target, "name": NAMES.get(target, target), "targets": []},
-    ]
 
 
 @dataclass
@@ -68,16 +36,53 @@ class Plan:
     html: list[tuple[str, str]] | None = None  # format html: (name, item) of each, translated as a document
 
 
+def check_translate(fields: dict, *, batch_limit: int = -1, char_limit: int = -1) -> tuple[list[str], str]:
+    """(q's items, the format) once a /translate request's fields are as LibreTranslate requires them (q, source and
+    target given, q a string or a list of strings, within --batch-limit and --char-limit: -1 none), else its 400."""
+    for name in ("q", "source", "target"):
+        if fields.get(name) in (None, "", []):
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+    q = fields["q"]
+    items = [q] if isinstance(q, str) else q
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ApiError(400, f"Invalid request: q must be a string or a list of strings, got {short(q)}")
+    for name in ("source", "target"):
+        if not isinstance(fields[name], str):
+            raise ApiError(400, f"{short(fields[name])} is not supported")
+    text_format = fields.get("format") or "text"
+    if text_format not in ("text", "html"):
+        raise ApiError(400, f"{short(text_format)} format is not supported")
+    check_request_limits(q, batch_limit=batch_limit, char_limit=char_limit)
+    return items, text_format
+
+
+def check_request_limits(q: str | list[str], *, batch_limit: int, char_limit: int) -> None:
+    """LibreTranslate's --batch-limit (items of a list q) and --char-limit (characters of q in all); -1: none."""
+    if isinstance(q, list) and batch_limit > 0 and len(q) > batch_limit:
+        raise ApiError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({batch_limit}) (--batch-limit)")
+    chars = len(q) if isinstance(q, str) else sum(len(item) for item in q)
+    if char_limit > 0 and chars > char_limit:
+        raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit ({char_limit}) (--char-limit)")
+
+
 def plan_translate(
-    fields: dict, language_pair: tuple[str, str], *, max_lines: int, max_chars: int, max_beam: int, beam_size: int
+    fields: dict,
+    items: list[str],
+    text_format: str,
+    detected: dict | None,
+    *,
+    max_lines: int,
+    max_chars: int,
+    max_beam: int,
+    beam_size: int,
 ) -> Plan:
-    """Check a /translate request's fields (LibreTranslate's errors) and plan its decoding."""
-    items, text_format = _checked(fields, language_pair)
-    single, source = isinstance(fields["q"], str), fields["source"]
+    """Plan a checked /translate request's decoding (`check_translate`) and how its answer is built; `detected`:
+    the detected source language's entry (`source: auto`), else None."""
+    single = isinstance(fields["q"], str)
     alternatives = _alternatives(fields.get("alternatives"), max_beam - 1)
     nbest = 1 + alternatives
     settings = Settings(decode=(("beam_size", nbest),) if nbest > beam_size else (), nbest=nbest)
-    extra = {"detectedLanguage": {"confidence": 100.0, "language": language_pair[0]}} if source == "auto" else {}
+    extra = {} if detected is None else {"detectedLanguage": detected if single else [detected] * len(items)}
 
     def answer(texts: list[list[str]]) -> dict:
         body = {"translatedText": texts[0][0] if single else [item[0] for item in texts], **extra}
@@ -103,7 +108,7 @@ def plan_translate(
     return Plan(settings, answer, lines, texts)
 
 
-def check_file_fields(fields: dict, language_pair: tuple[str, str]) -> Upload:
+def check_file_fields(fields: dict) -> Upload:
     """POST /translate_file's upload once its fields are as LibreTranslate requires them (`file`, `source`,
     `target`), else its 400."""
     for name in ("file", "source", "target"):
@@ -114,31 +119,7 @@ def check_file_fields(fields: dict, language_pair: tuple[str, str]) -> Upload:
         raise ApiError(400, "Invalid request: file must be a file part of a multipart/form-data body")
     if not upload.filename:
         raise ApiError(400, "Invalid request: empty file")
-    _check_languages(fields["source"], fields["target"], language_pair)
     return upload
-
-
-def _checked(fields: dict, language_pair: tuple[str, str]) -> tuple[list[str], str]:
-    """(q's items, the format) once the fields are as LibreTranslate requires them, else its 400."""
-    for name in ("q", "source", "target"):
-        if fields.get(name) in (None, "", []):
-            raise ApiError(400, f"Invalid request: missing {name} parameter")
-    q = fields["q"]
-    items = [q] if isinstance(q, str) else q
-    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
-        raise ApiError(400, f"Invalid request: q must be a string or a list of strings, got {short(q)}")
-    text_format = fields.get("format") or "text"
-    _check_languages(fields["source"], fields["target"], language_pair)
-    if text_format not in ("text", "html"):
-        raise ApiError(400, f"{short(text_format)} format is not supported")
-    return items, text_format
-
-
-def _check_languages(source: object, target: object, language_pair: tuple[str, str]) -> None:
-    """The model's source (or `auto`) and target, else LibreTranslate's "xx is not supported"."""
-    for code, allowed in ((source, (language_pair[0], "auto")), (target, (language_pair[1],))):
-        if code not in allowed:
-            raise ApiError(400, f"{short(code)} is not supported")
 
 
 def _alternatives(value: object, most: int) -> int:

@@ -1,4 +1,5 @@
-"""The server's counters for GET /metrics: requests by status, sentences, tokens, and latency percentiles.
+"""The server's counters for GET /metrics: requests by status, sentences, tokens, latency percentiles, and each
+model's pair, checkpoints, memory (its parameters and buffers, bytes) and queue.
 
 Updated from the event loop's thread only (no lock). Latencies are kept for the last `WINDOW` requests; the
 percentiles are nearest-rank over that window, in milliseconds.
@@ -42,8 +43,9 @@ class Metrics:
         self.source_tokens += source_tokens
         self.target_tokens += target_tokens
 
-    def snapshot(self, queue_lines: int, queue_capacity: int) -> dict:
-        """The JSON answer of GET /metrics."""
+    def snapshot(self, queues: dict, queue_capacity: int, models: list | None = None) -> dict:
+        """The JSON answer of GET /metrics. queues: {pair: lines admitted and unanswered}; models: registry.Model's
+        (the capacity is each model's)."""
         ordered = sorted(self.latencies)
         return {
             "uptime_s": round(time.monotonic() - self.started, 3),
@@ -52,8 +54,17 @@ class Metrics:
             "sentences": self.sentences,
             "source_tokens": self.source_tokens,
             "target_tokens": self.target_tokens,
-            "queue_lines": queue_lines,
+            "queue_lines": sum(queues.values()),
             "queue_capacity": queue_capacity,
             "latency_ms": {f"p{p}": round(percentile(ordered, p) * 1000, 2) for p in PERCENTILES},
             "latency_window": len(ordered),
+            "models": [
+                {
+                    "pair": model.label,
+                    "checkpoints": list(model.checkpoints),
+                    "memory_bytes": model.memory_bytes,
+                    "queue_lines": queues.get(model.pair, 0),
+                }
+                for model in models or []
+            ],
         }

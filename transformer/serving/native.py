@@ -1,6 +1,7 @@
 """The native API, POST /api/translate: what the Python API offers, within the server's limits.
 
-Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newlines inside), and optionally
+Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newlines inside), `source` and `target`
+(a language code each, or `auto` for the source; both may be left out on a one-pair server), and optionally
 `beam_size`, `nbest`, `alpha`, `length_penalty`, `max_len_a`, `max_len_b`, `min_len` (DecodeConfig's fields, each
 within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
 controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constraints`: one list of strings per
@@ -11,7 +12,9 @@ Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (
 relaxed: the controls set aside for the line, unmet: the constraint phrases the hypothesis misses; confidence: in
 [0, 1], decoding/confidence.py, 4 decimals) and, with `alignment`, `"alignment": [[source word, target word], ...]`.
 The answer's `confidence_threshold`: the checkpoint's default threshold, chosen on its validation set (null: the
-checkpoint has no calibration and the confidences are uncalibrated).
+checkpoint has no calibration and the confidences are uncalibrated, or the route is pivoted); `route`: the
+languages the translation went through (`["es", "en"]`, or `["es", "en", "de"]` through the pivot:
+routing.py says what a pivoted hypothesis holds); with `source: auto`, `detectedLanguage`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,19 @@ from transformer.serving.glossaries import FIELDS as GLOSSARY_FIELDS
 from transformer.serving.requests import ApiError, check_lines, short
 
 SEARCH = ("beam_size", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len")  # DecodeConfig fields
-FIELDS = ("q", "api_key", *SEARCH, "nbest", "alignment", "alignment_layer", *CONTROLS, *OPTIONS, *GLOSSARY_FIELDS)
+FIELDS = (
+    "q",
+    "source",
+    "target",
+    "api_key",
+    *SEARCH,
+    "nbest",
+    "alignment",
+    "alignment_layer",
+    *CONTROLS,
+    *OPTIONS,
+    *GLOSSARY_FIELDS,
+)
 ENTRY = {  # what one line's entry of each control is
     "prefix": ("a string", lambda v: isinstance(v, str)),
     "constraints": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),

@@ -1,4 +1,10 @@
-"""transformer-serve's work: load the model, bind the socket, run the application under uvicorn, stop gracefully.
+"""transformer-serve's work: load the models, bind the socket, run the application under uvicorn, stop gracefully.
+
+- `--model CKPT [CKPT ...]` (repeatable; `--checkpoint` is one more): each serves the pair its checkpoint's config
+  names, several checkpoints after one flag are an ensemble for that pair. Every model is loaded before the socket
+  is bound; a checkpoint that does not load, two models for one pair or a pair with no language codes is one line
+  naming it and exit code 2, nothing served. A line per model says its pair, files and memory (parameters and
+  buffers); the language detector is loaded too (the `serve` extra's py3langid).
 
 - The socket is bound here, before uvicorn starts, so an address in use or not ours is one line and exit code 2,
   and `--port 0` takes a free port; the line `serving on http://HOST:PORT` (stderr) names the port taken.
@@ -6,7 +12,8 @@
   decodes what it admitted), then the batcher's worker stops and the process exits with code 0. The wait is
   bounded: requests still unanswered `--shutdown-timeout-s` after the signal are answered 503 (service.py's
   `drain`), and uvicorn's own bound, a few seconds later, ends any connection still open.
-- `--api-keys FILE`: one key per line (blank lines and lines starting with '#' skipped); requests then need one.
+- `--api-keys FILE`: one key per line, with its own limits if any (access.py; read again when it changes);
+  requests then need one.
 - `--glossary NAME=FILE` (repeatable): glossaries loaded before the socket is bound (a bad file: one line, exit 2),
   that requests choose by name (glossaries.py).
 """
@@ -16,27 +23,16 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import uvicorn
 
 from transformer.config import ServeConfig
 from transformer.errors import UserError
+from transformer.serving.access import KeyRing
+from transformer.serving.registry import Model, Registry
 
 log = logging.getLogger(__name__)
 SHUTDOWN_MARGIN_S = 3.0  # past --shutdown-timeout-s, for the 503s to be sent before uvicorn cuts connections
-
-
-def read_keys(path: str | Path) -> frozenset[str]:
-    """The API keys of `path`: one a line; blank lines and '#' comments skipped; none at all is an error."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the API keys file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    keys = frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
-    if not keys:
-        raise UserError(f"the API keys file {path} has no key: write one key per line")
-    return keys
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -49,8 +45,37 @@ def bind(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {reason}; choose another --host or --port") from None
 
 
+def memory_bytes(module) -> int:
+    """The bytes of a model's parameters and buffers (an ensemble's: all its models')."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def load_models(groups: list[list[str]], device: str, precision: str | None, pivot: str) -> Registry:
+    """One model per group of checkpoints (several: an ensemble), as a Registry; any failure a UserError naming the
+    group."""
+    from transformer.api import Translator
+    from transformer.serving.engine import Engine
+
+    models = []
+    for group in groups:
+        try:
+            translator = Translator.from_checkpoint(group, device=device, precision=precision)
+        except UserError as exc:
+            raise UserError(f"--model {' '.join(group)}: {exc}") from None
+        models.append(Model(Engine(translator), tuple(group), memory_bytes(translator.model)))
+    registry = Registry(models, pivot=pivot)
+    for model in registry.models.values():
+        size = model.memory_bytes / (1 << 20)
+        log.info("model %s: %s (%.1f MiB of parameters and buffers)", model.label, ", ".join(model.checkpoints), size)
+    pivoted = [f"{s}-{t}" for s in registry.sources for t in registry.targets(s) if (s, t) not in registry.models]
+    if pivoted:
+        log.info("through %s: %s", registry.pivot, ", ".join(pivoted))
+    return registry
+
+
 def serve(
-    checkpoints: list[str],
+    models: list[list[str]],
     serve_config: ServeConfig,
     *,
     keys_file: str | None = None,
@@ -58,25 +83,30 @@ def serve(
     precision: str | None = None,
     glossaries: list[str] | tuple[str, ...] = (),
 ) -> int:
-    """Load `checkpoints` (several: an ensemble) and serve until SIGTERM or SIGINT; 0 once every request is answered.
-    glossaries: `NAME=FILE` values, the glossaries requests may name."""
-    from transformer.api import Translator
+    """Load `models` (each a list of checkpoints: one model, several an ensemble, for the pair its config names) and
+    serve until SIGTERM or SIGINT; 0 once every request is answered. glossaries: `NAME=FILE` values, the
+    glossaries requests may name."""
     from transformer.serving.app import create_app
-    from transformer.serving.engine import Engine
     from transformer.serving.glossaries import load_named
 
-    keys = read_keys(keys_file) if keys_file else None
+    keys = KeyRing.from_file(keys_file) if keys_file else None
     named = load_named(glossaries)
+    registry = load_models(models, device, precision, serve_config.pivot)
+    app = create_app(registry, serve_config, keys, named)
+    try:
+        app.state.service.load_detector()  # now, not on the first request that needs it
+    except ImportError as exc:
+        raise UserError(
+            f"transformer-serve needs the serve extra ({exc.name} is missing): pip install 'transformer[serve]'"
+        ) from None
     sock = bind(serve_config.host, serve_config.port)
-    translator = Translator.from_checkpoint(checkpoints, device=device, precision=precision)
-    app = create_app(Engine(translator), serve_config, keys, named)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     log.info(
         "serving on http://%s:%d (%s; %s)",
         shown,
         port,
-        ", ".join(checkpoints),
+        ", ".join(model.label for model in registry.models.values()),
         "API keys required" if keys else "no API keys",
     )
     bound = serve_config.shutdown_timeout_s + SHUTDOWN_MARGIN_S
