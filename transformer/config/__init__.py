@@ -1,6 +1,7 @@
-"""Configuration: the sections (frozen dataclasses, the only defaults, validated on construction) in sections.py,
-and config files (YAML, `base:` chains, `--set section.key=value` overrides, atomic writing) in files.py. YAML
-files may be partial. Every problem is raised as `ConfigError`, which the command-line tools print as one line.
+"""Configuration: the sections (frozen dataclasses, the only defaults, validated on construction) in sections.py
+(transformer-serve's and transformer-distill's in tools.py), and config files (YAML, `base:` chains, `--set
+section.key=value` overrides, atomic writing) in files.py. YAML files may be partial. Every problem is raised as
+`ConfigError`, which the command-line tools print as one line.
 
 Imports errors, typecheck, fileio and paths only, and no torch, so it loads instantly and any tool can use it.
 """
@@ -14,10 +15,8 @@ from transformer.config.sections import (
     Config,
     DataConfig,
     DecodeConfig,
-    DistillConfig,
     ModelConfig,
     Precision,
-    ServeConfig,
     SplitConfig,
     SubwordSampling,
     TrainConfig,
@@ -25,6 +24,7 @@ from transformer.config.sections import (
     from_dict,
     parse_duration,
 )
+from transformer.config.tools import DistillConfig, ServeConfig
 from transformer.errors import ConfigError
 
 __all__ = [
