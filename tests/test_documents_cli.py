@@ -117,12 +117,76 @@ def test_a_bad_document_exits_2_with_one_line_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "out.file"])  # no temporary file left
 
 
+# Every extension of a document format (documents.FORMATS, text's aside), with its format: guessed without --format.
+DOCUMENT_EXTENSIONS = [(ext, name) for name, (exts, _) in FORMATS.items() if name != "text" for ext in exts]
+
+
+def _guess(tmp_path, capsys, name: str, *flags: str) -> tuple[str | None, str]:
+    """(the mode guess_mode takes for `--input name` with `flags`, what it wrote on stderr)."""
+    from transformer.commands.cli import translate_args
+    from transformer.commands.documents import guess_mode
+    from transformer.commands.parsers import build_parser
+
+    args = build_parser("translate", translate_args).parse_args(["--checkpoint", "c.pt", "--input", name, *flags])
+    return guess_mode(args), capsys.readouterr().err
+
+
+def test_without_format_a_documents_extension_is_that_document_and_said_in_one_line(tmp_path, capsys):
+    assert {ext for ext, _ in DOCUMENT_EXTENSIONS} >= {
+        ".html",
+        ".htm",
+        ".xhtml",
+        ".md",
+        ".markdown",
+        ".srt",
+        ".vtt",
+        ".docx",
+    }
+    for ext, format in DOCUMENT_EXTENSIONS + [(".HTML", "html"), (".Docx", "docx")]:
+        mode, err = _guess(tmp_path, capsys, f"page{ext}")
+        assert mode == format and err.count("\n") == 1 and f"as one {format} document" in err
+        assert "standard input" in err  # how to have it line by line
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "notes.text", "corpus.es", "README", "archive.tar.gz", "page.html.bak"])
+def test_without_format_other_files_stay_line_by_line_and_say_so(tmp_path, capsys, name):
+    mode, err = _guess(tmp_path, capsys, name)
+    assert mode is None and err.count("\n") == 1 and "line by line" in err and "--format" in err
+
+
+@pytest.mark.parametrize("flags", [["--nbest", "2"], ["--alignment"], ["--confidence"], ["--prefix-file", "p.txt"]])
+def test_a_flag_that_works_on_lines_keeps_a_document_line_by_line(tmp_path, capsys, flags):
+    mode, err = _guess(tmp_path, capsys, "page.html", *flags)
+    assert mode is None and "line by line" in err and f"{flags[0]} work on lines" in err
+
+
+def test_standard_input_and_a_given_format_are_taken_as_they_are(tmp_path, capsys):
+    assert _guess(tmp_path, capsys, "-") == (None, "")
+    assert _guess(tmp_path, capsys, "page.html", "--format", "text") == ("text", "")
+
+
 @pytest.mark.slow
-def test_without_format_the_command_is_line_by_line_as_before(checkpoint, tmp_path):
-    source, out = tmp_path / "lines.html", tmp_path / "lines.out"
+@pytest.mark.parametrize("ext, format", DOCUMENT_EXTENSIONS)
+def test_without_format_a_document_is_translated_as_with_it(checkpoint, tmp_path, capsys, ext, format):
+    source = tmp_path / f"in{ext}"
+    _write(source, sample(format))
+    outputs = []
+    for flags in ([], ["--format", format]):
+        out = tmp_path / f"out{len(outputs)}{ext}"
+        argv = ["--checkpoint", checkpoint, "--input", str(source), "--output", str(out), "--quiet", *flags]
+        assert translate_main(argv) == 0
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] != source.read_bytes()
+    assert f"as one {format} document" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_without_format_a_text_file_is_line_by_line_as_before(checkpoint, tmp_path, capsys):
+    source, out = tmp_path / "lines.txt", tmp_path / "lines.out"
     source.write_text("<p>the cat</p>\n\nsmall dog\n", encoding="utf-8")
     assert translate_main(["--checkpoint", checkpoint, "--input", str(source), "--output", str(out), "--quiet"]) == 0
     assert len(out.read_text(encoding="utf-8").split("\n")) == 4  # one line out per line in
+    assert "line by line" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -6,6 +6,11 @@ alignment), then written atomically: the output appears only once the whole docu
 value (or `auto`) takes the format from the input's extension. The line-by-line flags (TEXT arguments, --nbest,
 --alignment, --attention-maps, --prefix-file, --constraints-file) do not apply to a document and are refused;
 `--glossary` applies to each sentence.
+
+Without `--format`, `guess_mode` chooses: an `--input` file whose extension is a document format's (those of
+documents.FORMATS, text's aside: .html, .md, .srt, .docx, ...) is translated as that document, any other file line
+by line as before (.txt among them, and any file given with a flag that works on lines); standard input is read
+line by line. The choice is said in one line on stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +33,31 @@ LINE_FLAGS = {  # flag -> the argparse attribute that is set when it is given
     "--prefix-file": "prefix_file",
     "--constraints-file": "constraints_file",
 }
+
+
+LINE_ONLY = {**LINE_FLAGS, "--confidence": "confidence", "--min-confidence": "min_confidence"}
+
+
+def guess_mode(args: argparse.Namespace) -> str | None:
+    """The document format to translate `--input` as, or None for line by line (see the module docstring). With no
+    --format and an input file, the choice is said in one line on stderr."""
+    if args.format or not args.input or args.input == "-":
+        return args.format
+    from transformer.documents.formats import FORMATS
+
+    suffix = Path(args.input).suffix.lower()
+    format = next((name for name, (ext, _) in FORMATS.items() if name != "text" and suffix in ext), None)
+    on_lines = [flag for flag, name in LINE_ONLY.items() if getattr(args, name, None) not in (None, False, [])]
+    if format and not on_lines:
+        print(
+            f"translating {args.input} as one {format} document, its markup kept (from its extension; give it on "
+            "standard input to translate it line by line)",
+            file=sys.stderr,
+        )
+        return format
+    why = f"{', '.join(on_lines)} work on lines" if format else "--format FORMAT translates it as a whole document"
+    print(f"translating {args.input} line by line, one translation per line ({why})", file=sys.stderr)
+    return None
 
 
 def translate_file(args: argparse.Namespace, glossary: Glossary | None = None) -> int:
