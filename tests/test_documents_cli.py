@@ -7,11 +7,14 @@ from __future__ import annotations
 import io
 import logging
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 import tiny_checkpoint
 from document_samples import EXTENSIONS, SAMPLES, sample
+from hostile_documents import docx_bomb, nested_markdown
 
 pytest.importorskip("sentencex")
 pytest.importorskip("docx")
@@ -101,6 +104,7 @@ def test_a_paragraph_longer_than_the_model_is_cut_to_fit_not_truncated(checkpoin
         ("doc.pdf", b"%PDF-1.4", [], "cannot tell the format of"),
         ("doc.html", b"<p>hi</p>", ["--nbest", "2"], "--nbest apply to lines, not documents"),
         ("doc.html", b"<p>hi</p>", ["--alignment"], "--alignment apply to lines, not documents"),
+        ("deep.md", nested_markdown(10_000).encode(), [], "deep.md: line 1: quotes and lists nest more than 100"),
     ],
 )
 def test_a_bad_document_exits_2_with_one_line_and_writes_nothing(
@@ -199,3 +203,31 @@ def test_the_python_api_translates_a_document_and_returns_its_type(checkpoint):
     assert isinstance(out, str) and _tags(out) == _tags(html)
     assert isinstance(translator.translate_document(html.encode(), "html"), bytes)
     assert isinstance(translator.translate_document(sample("docx"), "docx"), bytes)
+
+
+# The command in a child process that reports its peak resident set size (KiB) on its last line of stderr.
+PEAK = (
+    "import resource, sys\nfrom transformer.commands.cli import translate_main\ncode = translate_main(sys.argv[1:])\n"
+    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(code)"
+)
+
+
+@pytest.mark.slow
+def test_zip_bombs_are_refused_in_one_line_with_the_memory_of_a_broken_file(checkpoint, tmp_path):
+    """A 4.8 MB .docx holding 1.5 GiB of paragraphs (it declares them), and one holding 1 GiB behind a header that
+    declares 100 kB: each refused in one line (exit 2), the process's peak memory within 64 MiB of refusing a
+    broken file (the file itself and a chunk at a time), not the gigabytes it would unpack to."""
+    files = {"broken.docx": b"PK\x03\x04 broken", "bomb.docx": docx_bomb(1536), "liar.docx": docx_bomb(1024, 100_000)}
+    runs = {}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        argv = ["--checkpoint", checkpoint, "--input", str(tmp_path / name), "--output", str(tmp_path / "out.docx")]
+        child = subprocess.run([sys.executable, "-c", PEAK, *argv], capture_output=True, text=True, timeout=600)
+        *lines, peak = child.stderr.splitlines()
+        assert child.returncode == 2 and len(lines) == 2 and "as one docx document" in lines[0], child.stderr
+        runs[name] = lines[1], int(peak)
+    assert runs["bomb.docx"][0].startswith("error: ") and "declares 1611431373 bytes unpacked" in runs["bomb.docx"][0]
+    assert "unpacks to more than the 100000 bytes it declares" in runs["liar.docx"][0]
+    baseline = runs["broken.docx"][1]
+    assert runs["bomb.docx"][1] < baseline + 64 * 1024 and runs["liar.docx"][1] < baseline + 64 * 1024
+    assert not (tmp_path / "out.docx").exists()

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import os
 import re
 import unicodedata
-import zipfile
 
 from fastapi import Request
 
 from transformer.documents import FORMATS, PreparedDocument, prepare_document, require
+from transformer.documents.unpacking import UnpackedTooLargeError
 from transformer.errors import UserError
 from transformer.serving.engine import Settings
 from transformer.serving.libretranslate import check_file_fields
@@ -79,29 +78,23 @@ def upload_format(filename: str) -> str:
     return FILE_FORMATS[extension]
 
 
-def check_unpacked(data: bytes, name: str, limit: int) -> None:
-    """A 413 when the zip `data` declares more than `limit` bytes unpacked (Python's zipfile never unpacks a member
-    past its declared size). A file that is no zip is left to the documents package to name."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unpacked = sum(member.file_size for member in archive.infolist())
-    except Exception:  # not a zip, or a broken one: the documents package's 400 says so
-        return
-    if unpacked > limit:
-        ratio = f"{UNPACKED_RATIO} x --max-file-bytes"
-        raise ApiError(413, f"File too large: {name} unpacks to {unpacked} bytes, the limit is {limit} ({ratio})")
-
-
 def prepare(service: Service, data: str | bytes, format: str, name: str) -> PreparedDocument:
     """`data` read as a `format` document and cut into sentences the model takes; a 400 when it is not of its
-    format. CPU work on up to a whole file: run off the event loop."""
+    format, a 413 for a .docx whose parts declare more than `UNPACKED_RATIO` x --max-file-bytes unpacked (and a 400
+    for one whose part unpacks past what it declares: documents/unpacking.py, before any part is unpacked whole).
+    CPU work on up to a whole file: run off the event loop."""
     engine = service.engine
 
     def fits(sentence: str) -> bool:
         return engine.source_tokens([sentence])[0] <= engine.max_positions
 
+    limit = UNPACKED_RATIO * service.serve.max_file_bytes
     try:
-        return prepare_document(data, format, fits, language=engine.languages[0], name=name)
+        return prepare_document(data, format, fits, language=engine.languages[0], name=name, max_unpacked=limit)
+    except UnpackedTooLargeError as exc:
+        ratio = f"{UNPACKED_RATIO} x --max-file-bytes"
+        detail = f"{name} unpacks to {exc.unpacked} bytes, the limit is {limit} ({ratio})"
+        raise ApiError(413, f"File too large: {detail}") from None
     except UserError as exc:
         raise ApiError(400, f"Invalid request: {exc}") from None
 
@@ -149,12 +142,7 @@ async def translate_file(service: Service, request: Request) -> str:
         raise ApiError(413, f"File too large: {len(upload.data)} bytes, the limit is {limit} (--max-file-bytes)")
     format, name = upload_format(upload.filename), download_name(upload.filename)
 
-    def read() -> PreparedDocument:
-        if format == "docx":
-            check_unpacked(upload.data, name, UNPACKED_RATIO * limit)
-        return prepare(service, upload.data, format, name)
-
-    prepared = await off_loop(read)
+    prepared = await off_loop(prepare, service, upload.data, format, name)
     settings = Settings(alignment=service.engine.attends)
     results, size = [], service.serve.max_lines
     for start in range(0, len(prepared.sentences), size):
