@@ -12,6 +12,7 @@ checks real signals, a closed standard input, read-only folders and long inputs.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ from bad_inputs_training import AVERAGE, CALIBRATE, DISTILL, PREPARE, TRAIN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the crafted pickle is a plain one
 CASES = PREPARE + TRAIN + TRANSLATE + EVALUATE + AVERAGE + DISTILL + CALIBRATE + KEYS
+# Not an error line: how transformer-translate without --format takes its --input (commands/documents.py), said
+# once the first line is translated, so before an error found further down the file (a bad byte on line 3).
+MODE_LINE = re.compile(r"translating \S+ (line by line|as one \w+ document), .*")
 
 
 def _snapshot(*folders: Path) -> dict[Path, str]:
@@ -63,6 +67,7 @@ def test_bad_input(case: Case, world, tmp_path, capsys, monkeypatch):
             and not line.startswith(("error: ", "usage"))
             and "error: " not in line
             and not line.startswith(" ")
+            and not MODE_LINE.fullmatch(line)
         ], err
     after = _snapshot(Path(world["w"]), tmp_path)
     changed = [str(p) for p, digest in before.items() if after.get(p) != digest]

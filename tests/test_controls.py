@@ -12,6 +12,7 @@ from test_decoding import IDS, beam_search, greedy_decode, one_source, random_mo
 
 from transformer.decoding.controls import Controls, NoRepeatNgram, RepeatRunLimit, TargetPrefix
 from transformer.decoding.interface import CandidateSelector, DecodingModel, SearchControl
+from transformer.decoding.repeat_runs import RepeatRunLogitsProcessor
 from transformer.decoding.search import Hypothesis, lp
 from transformer.model.attention import make_pad_mask
 
@@ -138,12 +139,17 @@ def has_run(tokens: list[int], copies: int) -> bool:
 
 @pytest.mark.parametrize("limit", [1, 2, 3])
 def test_the_run_limit_forbids_exactly_the_pieces_that_complete_a_run(limit):
-    """Random histories over two pieces (runs are common): -inf exactly where brute force says a run would end."""
+    """Random histories over two pieces (runs are common): -inf exactly where brute force says a run would end, in
+    the search's control and in the Hugging Face logits processor that the export ships (called as `generate` calls
+    it: the decoder start token first, its scores left as they were)."""
     generator = torch.Generator().manual_seed(limit)
     for t in range(14):
         history = torch.randint(4, 6, (64, t), generator=generator)  # (N, t) pieces 4 and 5
         tokens = torch.cat([torch.full((64, 1), BOS), history], dim=1)  # (N, t+1)
+        scores = torch.zeros(64, 7)  # (N, V)
+        processed = RepeatRunLogitsProcessor(limit)(tokens, scores)  # (N, V)
         masked = RepeatRunLimit(limit).mask(torch.zeros(64, 7), tokens, t)  # (N, V)
+        assert torch.equal(processed, masked) and not scores.any()
         for row, out in zip(history.tolist(), masked):
             expected = [x for x in range(7) if ends_in_run(row + [x], limit + 1)]
             assert torch.isinf(out).nonzero().flatten().tolist() == expected, (row, limit)

@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 from document_samples import SAMPLES, Identity, Upper, docx_sample
+from hostile_documents import nested_markdown
 
 pytest.importorskip("sentencex")
 
@@ -54,6 +55,27 @@ def test_markdown_keeps_code_blocks_urls_and_definitions():
     ):
         assert kept in out
     assert out.startswith("# TITLE *WITH EMPHASIS* #\n") and "- ITEM ONE\n  MORE" in out
+
+
+def test_markdown_nested_within_the_parsers_limit_is_translated_whole():
+    """45 list items, each inside the one before (90 of the parser's 100 levels): every item is translated."""
+    source = "".join("  " * k + f"- item number {k}.\n" for k in range(45))
+    out = translate_document(source, "markdown", Upper())
+    assert out == "".join("  " * k + f"- ITEM NUMBER {k}.\n" for k in range(45))
+
+
+@pytest.mark.parametrize("depth", [34, 35, 10_000])
+def test_markdown_nested_past_the_parsers_limit_is_refused_never_left_untranslated(depth):
+    """The parser skips what lies deeper than its 100 levels, text included: refused in one line rather than written
+    back with that text untranslated (it used to be, with 0 segments). 33 quotes and items (99 levels) pass whole."""
+    with pytest.raises(UserError) as raised:
+        read_document(nested_markdown(depth), "markdown", name="deep.md")
+    message = str(raised.value)
+    assert (
+        message.startswith("deep.md: line 1: quotes and lists nest more than 100 levels deep") and "\n" not in message
+    )
+    shallow = translate_document(nested_markdown(33), "markdown", Upper())
+    assert shallow == nested_markdown(33).upper()  # every sentence, the deepest too
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,10 @@ trivial: one post-LN ReLU model (exported as Marian) and one pre-LN GELU model (
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import json
+import logging
 import math
 
 import pytest
@@ -15,7 +19,7 @@ import torch
 from tiny_checkpoint import build_trained, sentences
 
 from transformer.checkpoint import build_model, load_checkpoint, model_state, save_checkpoint
-from transformer.commands.cli import export_main
+from transformer.commands.cli import export_main, translate_main
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.decoding.search import beam_search, greedy_decode
 from transformer.interop.export import hf_permutation
@@ -172,11 +176,18 @@ def test_missing_package_says_how_to_install(tmp_path, capsys, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def ct2_translator(trained, tmp_path_factory):
-    ctranslate2 = pytest.importorskip("ctranslate2")
+def ct2_export(trained, tmp_path_factory):
+    pytest.importorskip("ctranslate2")
     output = tmp_path_factory.mktemp("ct2")
     assert export_main(["--checkpoint", str(trained[0]), "--format", "ctranslate2", "--output", str(output)]) == 0
-    return ctranslate2.Translator(str(output), device="cpu", compute_type="float32", intra_threads=1)
+    return output
+
+
+@pytest.fixture(scope="module")
+def ct2_translator(ct2_export):
+    import ctranslate2
+
+    return ctranslate2.Translator(str(ct2_export), device="cpu", compute_type="float32", intra_threads=1)
 
 
 def _pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
@@ -232,3 +243,85 @@ def test_export_never_replaces_foreign_files(tmp_path, capsys):
 def test_export_needs_existing_checkpoint(tmp_path, capsys):
     code = export_main(["--checkpoint", str(tmp_path / "nope.pt"), "--format", "hf", "--output", str(tmp_path / "o")])
     assert code == 2 and "checkpoint not found" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ the checkpoint's own decoding settings
+
+# Reversed, each of these holds a run the checkpoint's limit cuts (decode.max_ngram_repeats 2: "the the the").
+RUNS = ["cat the the the", "dog dog dog ran home", "the cat the cat the cat", "red red red red", "a small small small"]
+
+
+def _translate(path, texts: list[str], folder, *overrides: tuple[str, object]) -> list[str]:
+    """What transformer-translate writes for `texts` at the checkpoint's settings, `--set decode.KEY=VALUE` each."""
+    source, out = folder / "in.txt", folder / "out.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    sets = [arg for key, value in overrides for arg in ("--set", f"decode.{key}={value}")]
+    argv = ["--checkpoint", str(path), "--input", str(source), "--output", str(out), "--quiet", *sets]
+    assert translate_main(argv) == 0
+    return out.read_text(encoding="utf-8").splitlines()
+
+
+def _shipped(folder):
+    """The export's repeat_runs.py, loaded from the folder as a user of the export loads it."""
+    spec = importlib.util.spec_from_file_location("shipped_repeat_runs", folder / "repeat_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_exports_record_and_name_the_settings_they_leave_out(trained, hf_export, ct2_export, caplog):
+    """The tiny checkpoint decodes with beam 4, len^1, at most 30 pieces, the run limit 2 (the default) and capitals
+    folded (the default): generate leaves out only the folding, CTranslate2 the run limit too; the shipped processor
+    file imports nothing but torch."""
+    hf, ct2 = (json.loads((f / "decoding.json").read_text()) for f in (hf_export[0], ct2_export))
+    assert list(hf["not_applied"]) == ["fold_capitals"] and hf["processors"] == {"max_ngram_repeats": 2}
+    assert list(ct2["not_applied"]) == ["fold_capitals", "max_ngram_repeats"] and ct2["processors"] == {}
+    assert hf["checkpoint"]["max_ngram_repeats"] == ct2["checkpoint"]["max_ngram_repeats"] == 2
+    assert not (ct2_export / "repeat_runs.py").exists()
+    tree = ast.parse((hf_export[0] / "repeat_runs.py").read_text(encoding="utf-8"))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported == {"__future__", "torch"}
+    caplog.set_level(logging.WARNING)
+    assert export_main(["--checkpoint", str(trained[0]), "--format", "ctranslate2", "--output", str(ct2_export)]) == 0
+    [note] = [r.getMessage() for r in caplog.records if "will not apply" in r.getMessage()]
+    assert "max_ngram_repeats=2" in note and "fold_capitals=True" in note and "decoding.json" in note
+
+
+@pytest.mark.slow
+def test_hf_export_translates_as_translate_does_at_the_checkpoints_settings(trained, hf_export, tmp_path):
+    """generate with nothing at the call but the shipped processor writes what transformer-translate writes at the
+    checkpoint's own settings, also on the lines whose output the run limit changes."""
+    from transformers import AutoTokenizer, LogitsProcessorList
+
+    path, texts = trained[0], trained[5][:40] + RUNS
+    folder, hf = hf_export
+    settings = json.loads((folder / "decoding.json").read_text())
+    ours = _translate(path, texts, tmp_path, *settings["matched"].items())
+    assert ours == _translate(path, texts, tmp_path)  # folding capitals changes none of these lines
+    unlimited = _translate(path, texts, tmp_path, ("max_ngram_repeats", 0))
+    assert sum(a != b for a, b in zip(ours, unlimited)) >= 3
+    processor = _shipped(folder).RepeatRunLogitsProcessor(settings["processors"]["max_ngram_repeats"])
+    tok = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        out = hf.generate(
+            **tok(texts, return_tensors="pt", padding=True), logits_processor=LogitsProcessorList([processor])
+        )
+    assert tok.batch_decode(out, skip_special_tokens=True) == ours
+
+
+@pytest.mark.slow
+def test_ct2_export_translates_as_translate_does_but_for_what_it_names(trained, ct2_export, ct2_translator, tmp_path):
+    """translate_batch with decoding.json's arguments writes what transformer-translate writes with the settings the
+    export names set as the engine applies them (no run limit), and differs from the checkpoint's where it warned."""
+    import sentencepiece as spm
+
+    path, texts = trained[0], trained[5][:40] + RUNS
+    settings = json.loads((ct2_export / "decoding.json").read_text())
+    ours = _translate(path, texts, tmp_path, *settings["matched"].items())
+    source = spm.SentencePieceProcessor(model_file=str(ct2_export / "source.spm"))
+    target = spm.SentencePieceProcessor(model_file=str(ct2_export / "target.spm"))
+    batch = [source.encode(text, out_type=str) + ["</s>"] for text in texts]
+    results = ct2_translator.translate_batch(batch, **settings["arguments"])
+    assert [target.decode(r.hypotheses[0]) for r in results] == ours
+    assert sum(a != b for a, b in zip(ours, _translate(path, texts, tmp_path))) >= 3

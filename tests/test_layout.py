@@ -38,7 +38,7 @@ ALLOWED = {
     "model": {"transformer.config"},
     "data": SHARED,
     "decoding": SHARED | {"transformer.model", "transformer.data", "transformer.checkpoint"},
-    "interop": SHARED | {"transformer.model", "transformer.data", "transformer.checkpoint"},
+    "interop": SHARED | {"transformer.model", "transformer.data", "transformer.decoding", "transformer.checkpoint"},
     "training": SHARED
     | {
         "transformer.model",

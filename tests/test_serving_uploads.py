@@ -20,6 +20,7 @@ pytest.importorskip("multipart")
 pytest.importorskip("sentencex")
 
 from document_samples import EXTENSIONS, sample  # noqa: E402
+from hostile_documents import MIB, docx_bomb  # noqa: E402
 from serve_client import EchoEngine, ScriptedEngine, call, download, in_process, raw, upload  # noqa: E402
 
 from transformer.config import ServeConfig  # noqa: E402
@@ -145,6 +146,26 @@ def test_a_docx_that_would_unpack_past_32_times_the_upload_limit_is_a_413_before
             "File too large: bomb.docx unpacks to 3300000 bytes, the limit is 3200000 (32 x --max-file-bytes)"
         )
         assert upload(port, "a.docx", sample("docx"), LANGS)[0] == 200
+
+
+def test_a_docx_whose_part_holds_more_than_it_declares_is_a_400_read_a_chunk_at_a_time():
+    """800 kB holding 256 MiB behind a header that declares 100 kB: the shared check (documents/unpacking.py)
+    counts the part's own bytes and stops past what it declares; the server's memory meanwhile (tracemalloc, its
+    threads included) holds the upload and a chunk, not the 256 MiB."""
+    import tracemalloc
+
+    liar = docx_bomb(256, declared=100_000)
+    with in_process(EchoEngine(), ServeConfig(batch_wait_ms=0, max_file_bytes=1 << 20)) as port:
+        tracemalloc.start()
+        try:
+            status, _, answer = upload(port, "liar.docx", liar, LANGS)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert upload(port, "a.docx", sample("docx"), LANGS)[0] == 200
+    part = "its part word/document.xml unpacks to more than the 100000 bytes it declares"
+    assert (status, answer["error"]) == (400, f"Invalid request: liar.docx: not a Word .docx file ({part})")
+    assert peak < 16 * MIB
 
 
 def test_unknown_and_expired_files_are_404():

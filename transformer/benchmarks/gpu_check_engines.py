@@ -82,7 +82,7 @@ def _export(fmt: str, checkpoint: Path, work: Path) -> Path:
     from transformer.interop.export import export_checkpoint
 
     export_log = logging.getLogger("transformer.interop.export")
-    export_log.setLevel(logging.ERROR)  # its note on generate's length penalty: the comparison here is greedy
+    export_log.setLevel(logging.ERROR)  # its note on the settings an engine leaves out: the comparison sets its own
     try:
         return export_checkpoint(checkpoint, fmt, work)
     except Exception as exc:  # our export is wrong for this engine's version: a failure, said in one line

@@ -6,6 +6,11 @@ alignment), then written atomically: the output appears only once the whole docu
 value (or `auto`) takes the format from the input's extension. The line-by-line flags (TEXT arguments, --nbest,
 --alignment, --attention-maps, --prefix-file, --constraints-file) do not apply to a document and are refused;
 `--glossary` applies to each sentence.
+
+Without `--format`, `guess_mode` chooses: an `--input` file whose extension is a document format's (those of
+documents.FORMATS, text's aside: .html, .md, .srt, .docx, ...) is translated as that document, any other file line
+by line as before (.txt among them, and any file given with a flag that works on lines); standard input is read
+line by line. The choice is said in one line on stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +35,29 @@ LINE_FLAGS = {  # flag -> the argparse attribute that is set when it is given
 }
 
 
-def translate_file(args: argparse.Namespace, glossary: Glossary | None = None) -> int:
+LINE_ONLY = {**LINE_FLAGS, "--confidence": "confidence", "--min-confidence": "min_confidence"}
+
+
+def guess_mode(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(the document format to translate `--input` as, or None for line by line; the line that says so, None when
+    nothing was guessed): see the module docstring. The caller writes the line on stderr once the work starts (when
+    the first translation is made), so that an input refused before then is still refused in one line."""
+    if args.format or not args.input or args.input == "-":
+        return args.format, None
+    from transformer.documents.formats import FORMATS
+
+    suffix = Path(args.input).suffix.lower()
+    format = next((name for name, (ext, _) in FORMATS.items() if name != "text" and suffix in ext), None)
+    on_lines = [flag for flag, name in LINE_ONLY.items() if getattr(args, name, None) not in (None, False, [])]
+    if format and not on_lines:
+        how = "from its extension; give it on standard input to translate it line by line"
+        return format, f"translating {args.input} as one {format} document, its markup kept ({how})"
+    why = f"{', '.join(on_lines)} work on lines" if format else "--format FORMAT translates it as a whole document"
+    return None, f"translating {args.input} line by line, one translation per line ({why})"
+
+
+def translate_file(args: argparse.Namespace, glossary: Glossary | None = None, mode: str | None = None) -> int:
+    """The document --input translated whole; `mode`: guess_mode's line, written once the translating starts."""
     from transformer.documents import guess_format, read_document, require
     from transformer.documents.pipeline import translate_segments
 
@@ -49,6 +76,8 @@ def translate_file(args: argparse.Namespace, glossary: Glossary | None = None) -
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     parsed = read_document(data, format, name=args.input, attributes=args.translate_attributes)
     translator, config, _ = load_translator(args)
+    if mode:
+        print(mode, file=sys.stderr)
     outputs = translate_segments(parsed.segments(), SentenceAdapter(translator, glossary), config.data.src_lang)
     result = parsed.rebuild(outputs)
     if to_file:

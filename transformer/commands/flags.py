@@ -183,7 +183,8 @@ def document_args(parser: argparse.ArgumentParser) -> None:
         const="auto",
         choices=("auto", *DOCUMENT_FORMATS),
         help="translate --input as one document of this format, its markup kept (auto, or no value: from the "
-        "file's extension; needs the documents extra; docs/documents.md); without it, one line out per line in",
+        "file's extension; needs the documents extra; docs/documents.md); without it, a file with a document's "
+        "extension (.html, .md, .srt, .vtt, .docx, ...) is that document, any other input one line out per line in",
     )
     parser.add_argument(
         "--translate-attributes", action="store_true", help="with --format html: also translate alt and title"

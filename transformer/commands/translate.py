@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.commands.common import load_translator, progress_bar, stdin_lines
+from transformer.commands.documents import guess_mode
 from transformer.decoding.alignment import pharaoh
 from transformer.decoding.attention_maps import require_matplotlib, write_maps
 from transformer.decoding.confidence import UNCALIBRATED
@@ -214,10 +215,11 @@ def run_translate(args: argparse.Namespace) -> int:
     glossary = Glossary.load(args.glossary) if args.glossary else None  # a bad file: one line, before the checkpoint
     if args.format and (args.confidence or args.min_confidence is not None):
         raise UserError("--confidence and --min-confidence work line by line; --format translates a whole document")
-    if args.format:  # a whole document, markup kept (commands/documents.py)
+    args.format, mode = guess_mode(args)  # without --format, a document's extension chooses (commands/documents.py)
+    if args.format:  # a whole document, markup kept
         from transformer.commands.documents import translate_file
 
-        return translate_file(args, glossary)
+        return translate_file(args, glossary, mode)
     if args.alignment_layer is not None and not args.alignment:
         raise UserError("--alignment-layer chooses the layer for --alignment: add --alignment")
     if (args.alignment or args.attention_maps) and len(args.checkpoint) > 1:
@@ -244,6 +246,8 @@ def run_translate(args: argparse.Namespace) -> int:
                 **_steering(args, glossary),
             )
             for index, results in enumerate(translations):
+                if index == 0 and mode:  # the mode said once the first line is translated, above the bar
+                    bar.write(mode, file=sys.stderr)
                 _write(out, index, results, config.decode.nbest > 1, shown)  # resolve_config merged --nbest, --beam
                 if args.attention_maps:
                     _draw_maps(translator, args.attention_maps, index, read, results[0])

@@ -30,6 +30,7 @@ import torch
 
 from transformer.decoding.candidates import select_top
 from transformer.decoding.interface import CandidateSelector, GraphableControl
+from transformer.decoding.repeat_runs import repeat_run_ban
 
 NEG_INF = float("-inf")
 
@@ -123,32 +124,20 @@ class NoRepeatNgram:
 
 class RepeatRunLimit:
     """Forbids a token that would make some n-gram of the row's output pieces occur `limit + 1` times in a row (see
-    the module docstring); holds no state. All n at once: the history read backwards, g, has period n over its
-    first (limit + 1) * n - 1 pieces exactly when the next piece g[n - 1] would complete the run."""
+    the module docstring); holds no state. The rule itself is repeat_runs.py's, which the Hugging Face export ships."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"max_ngram_repeats must be >= 1, got {limit}")
-        self.copies = limit + 1  # r: equal n-grams in a row that make a loop
+        self.limit = limit
 
     def mask(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
-        recent = tokens[:, 1:].flip(1)  # (N, t) without BOS, the last piece first
-        t, r = recent.size(1), self.copies
-        lags = (t + 1) // r  # L: the longest n whose run the next piece could complete
-        if lags == 0:
-            return log_probs
-        n = torch.arange(1, lags + 1, device=recent.device)[:, None]  # (L, 1)
-        k = torch.arange((r - 1) * lags - 1, device=recent.device)[None, :]  # (1, K): places compared
-        needed = k < (r - 1) * n - 1  # (L, K): for lag n, the first (r-1)*n - 1 places
-        same = recent[:, (k + n).clamp(max=t - 1)] == recent[:, k[0]][:, None, :]  # (N, L, K)
-        rows, lag = (same | ~needed).all(dim=2).nonzero(as_tuple=True)  # a row and lag n - 1 of each run
-        log_probs[rows, recent[rows, lag]] = NEG_INF
-        return log_probs
+        return repeat_run_ban(log_probs, tokens[:, 1:], self.limit)  # the history without BOS
 
     def mask_static(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         """`mask` over a fixed buffer (interface.py's `GraphableControl`): every lag the buffer could hold, those
         the `step` pieces written cannot complete left out. recent[j], the j-th piece back, is history[t - 1 - j]."""
-        history, r = tokens[:, 1:], self.copies  # (N, T) without BOS; the first t = `step` written
+        history, r = tokens[:, 1:], self.limit + 1  # (N, T) without BOS; the first t = `step` written
         N, T = history.shape
         lags = max((T + 1) // r, 1)  # L: every lag a buffer of T pieces could hold
         n = torch.arange(1, lags + 1, device=history.device)[:, None]  # (L, 1)

@@ -47,13 +47,14 @@ def prepare_document(
     language: str = "en",
     attributes: bool = False,
     name: str = "the document",
+    max_unpacked: int | None = None,
 ) -> PreparedDocument:
     """`data` (str or UTF-8 bytes; bytes for docx) parsed as a `format` document and cut into sentences that each
     `fits` the model; a one-line `UserError` for a document that is not of its format. language, attributes, name:
-    as `translate_document`'s."""
+    as `translate_document`'s; max_unpacked: as `read_document`'s."""
     from transformer.documents.pipeline import plan_segments
 
-    parsed = read_document(data, format, name=name, attributes=attributes)
+    parsed = read_document(data, format, name=name, attributes=attributes, max_unpacked=max_unpacked)
     return PreparedDocument(parsed, plan_segments(parsed.segments(), fits, language))
 
 

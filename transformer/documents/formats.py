@@ -68,15 +68,23 @@ class TextFile:
         return text.encode("utf-8") if self.binary else text
 
 
-def read_document(data: str | bytes, format: str, *, name: str = "the document", attributes: bool = False) -> Parsed:
-    """`data` parsed as `format` (see the module docstring); `attributes`: html's alt and title translated too."""
+def read_document(
+    data: str | bytes,
+    format: str,
+    *,
+    name: str = "the document",
+    attributes: bool = False,
+    max_unpacked: int | None = None,
+) -> Parsed:
+    """`data` parsed as `format` (see the module docstring); `attributes`: html's alt and title translated too;
+    `max_unpacked`: the most bytes a zipped format (docx) may unpack to (default: unpacking.py's bound)."""
     require(format)
     if format == "docx":
         if isinstance(data, str):
             raise UserError("a .docx document is bytes: read the file in binary mode")
         from transformer.documents.word import WordDocument
 
-        return WordDocument(data, name)
+        return WordDocument(data, name, max_unpacked)
     text = decode_utf8(data, name) if isinstance(data, bytes) else data.removeprefix("\ufeff")
     bom = data.startswith(b"\xef\xbb\xbf") if isinstance(data, bytes) else data.startswith("\ufeff")
     crlf = "\r\n" in text

@@ -9,6 +9,11 @@ next line starts with, `\\n> `). New text is backslash-escaped where it could st
 
 A run the adapter cannot match back onto its source (none is known) is kept as written, with a warning. A file
 with CRLF line endings is read as LF and written back with CRLF; one that mixes line endings is refused.
+
+Nesting: the parser follows quotes and lists `MAX_NESTING` levels deep (markdown-it's own guard against runaway
+recursion: its default preset's 100, where its commonmark preset has 20; a list item counts two levels, its list
+and itself) and skips whatever lies deeper, text included. A file that nests that deep is refused in one line
+rather than written back with that text untranslated.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ from itertools import accumulate
 
 from transformer.documents.markdown_emphasis import settle_emphasis
 from transformer.documents.markdown_inline import InlineRun, UnmatchedError, escape
-from transformer.documents.segments import Break, Segment, TextDocument
+from transformer.documents.segments import Break, Segment, TextDocument, bad_file
 
 log = logging.getLogger(__name__)
+MAX_NESTING = 100  # block levels the parser follows (see the module docstring)
+CONTAINERS = ("blockquote_open", "list_item_open")  # the block tokens whose content the parser reads nested
 
 
 def parse(source: str, *, name: str = "the document") -> TextDocument:
     """The document as kept parts and one segment per inline run (see the module docstring)."""
     from markdown_it import MarkdownIt
 
-    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(source)
+    tokens = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable(["table", "strikethrough"]).parse(source)
+    _check_nesting(tokens, name)
     lines = source.split("\n")
     starts = list(accumulate((len(line) + 1 for line in lines), initial=0))
     regions: list[tuple[int, int, Segment]] = []
@@ -53,6 +61,20 @@ def parse(source: str, *, name: str = "the document") -> TextDocument:
         position = end
     parts.append(source[position:])
     return TextDocument([part for part in parts if part != ""])
+
+
+def _check_nesting(tokens, name: str) -> None:
+    """A one-line `UserError` when a quote or list item stands at the parser's nesting limit: the parser skipped
+    its content (markdown-it's block parser stops when its level reaches `MAX_NESTING`)."""
+    for token in tokens:
+        if token.type in CONTAINERS and token.level + 1 >= MAX_NESTING:
+            line = token.map[0] + 1 if token.map else "?"
+            raise bad_file(
+                name,
+                f"line {line}: quotes and lists nest more than {MAX_NESTING} levels deep, past what the Markdown "
+                "reader follows (their text would stay untranslated); nest them less, or translate the file as "
+                "plain text with --format text",
+            )
 
 
 def _locate(content: list[str], lines: list[str], span: list[int], cursor: dict[int, int], cell: bool):

@@ -9,7 +9,8 @@ apart; elsewhere (a tab, a field, a bookmark or a hyperlink among them) they kee
 that reorders differently formatted words gives the formatting to the words that keep it. Everything else (styles,
 numbering, images, fields' codes, comments, the other parts of the package) is untouched; when no text changes,
 the file's own bytes are written back. A file that python-docx cannot open (not a zip, no Word document inside,
-broken XML) is one line naming it.
+broken XML) is one line naming it, and so is one whose parts would unpack past a bound (unpacking.py: a zip bomb),
+checked before python-docx unpacks any.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from transformer.documents.layout import Layout
 from transformer.documents.rendering import Rendering
 from transformer.documents.segments import Atom, Close, Open, Piece, Segment, bad_file
+from transformer.documents.unpacking import check_unpacked
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 SPACE = "{http://www.w3.org/XML/1998/namespace}space"
@@ -30,11 +32,13 @@ SEPARATORS = (W + "tab", W + "br", W + "cr")
 
 
 class WordDocument:
-    """A .docx file, its paragraphs as segments (see the module docstring)."""
+    """A .docx file, its paragraphs as segments (see the module docstring). max_unpacked: the most bytes its parts
+    may unpack to (unpacking.py; default: 32 times the file's size, at least 8 MiB), checked before any is read."""
 
-    def __init__(self, data: bytes, name: str = "the document") -> None:
+    def __init__(self, data: bytes, name: str = "the document", max_unpacked: int | None = None) -> None:
         import docx
 
+        check_unpacked(data, name, max_unpacked)
         self.data = data
         try:
             self.document = docx.Document(io.BytesIO(data))

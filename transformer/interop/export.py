@@ -20,19 +20,27 @@ Decisions:
   ReLU or GELU, our own position table written in, so learned positions work too), saved by its converter.
 - Token ids are ours in both (pad 0, unk 1, bos 2 = decoder start, eos 3); PAD and BOS are never generated, as in
   our search. The SentencePiece model travels with the export (HF: MarianTokenizer files; CT2: `*.spm`).
+- The checkpoint's decoding settings travel as far as each engine takes them (engine_settings.py): HF's in
+  generation_config.json, with decoding/repeat_runs.py copied in for the run limit (`decode.max_ngram_repeats`,
+  a logits processor the caller passes to `generate`); CTranslate2's as `translate_batch` arguments in
+  decoding.json, which both folders hold, with the settings the engine will not apply; `transformer-export` names
+  those in one line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
 from transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer.decoding import repeat_runs
 from transformer.errors import UserError
+from transformer.interop.engine_settings import engine_settings
 from transformer.interop.marian import marian_fields
 from transformer.model.embeddings import SinusoidalPositionalEncoding
 from transformer.model.layers import DecoderLayer
@@ -54,6 +62,8 @@ EXPORT_FILES = {  # what either format writes; a re-export may replace these
     "shared_vocabulary.json",
     "source_vocabulary.json",
     "target_vocabulary.json",
+    "decoding.json",
+    "repeat_runs.py",
 }
 INSTALL = "pip install 'transformer[export]' (or: pip install transformers ctranslate2)"
 
@@ -148,22 +158,18 @@ def hf_state_dict(model, norm_first: bool) -> dict[str, torch.Tensor]:
 
 
 def _generation_config(decode, max_positions: int, bos_id: int = BOS_ID):
-    """Our decoding settings as far as `generate` expresses them (docs/decoding.md says what differs)."""
+    """Our decoding settings as far as `generate` expresses them (engine_settings.py says what it cannot)."""
     from transformers import GenerationConfig
 
-    banned = [[PAD_ID]] + ([[bos_id]] if bos_id != PAD_ID else [])  # never generated, as in our search
-    return GenerationConfig(
-        num_beams=decode.beam_size,
-        early_stopping=True,
-        length_penalty=decode.alpha,
-        max_new_tokens=max_positions - 1,
-        bad_words_ids=banned,
-        decoder_start_token_id=bos_id,
-        bos_token_id=bos_id,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
-        forced_eos_token_id=None,
-    )
+    return GenerationConfig(**engine_settings(decode, "hf", max_positions, bos_id).arguments)
+
+
+def write_settings(settings, decode, output: Path) -> None:
+    """decoding.json: the checkpoint's decoding settings, the engine's, and those it will not apply; for Hugging
+    Face also the file of the logits processor that applies the run limit (decoding/repeat_runs.py)."""
+    (output / "decoding.json").write_text(json.dumps(settings.record(decode), indent=2) + "\n", encoding="utf-8")
+    if settings.processors:
+        shutil.copyfile(repeat_runs.__file__, output / "repeat_runs.py")
 
 
 def hf_model_from_ours(model, config, bos_id: int = BOS_ID):
@@ -196,11 +202,10 @@ def export_hf(model, tokenizer, config, output: Path) -> None:
     hf_model = hf_model_from_ours(model, config, tokenizer.bos_id)
     from transformers import MarianTokenizer
 
-    if config.decode.length_penalty != "fairseq":
-        kind = config.decode.length_penalty
-        log.warning("note: generate's length penalty is len^alpha (ours: fairseq); %s has no equivalent there", kind)
     output.mkdir(parents=True, exist_ok=True)
     hf_model.save_pretrained(output, safe_serialization=True)
+    settings = engine_settings(config.decode, "hf", config.model.max_positions, tokenizer.bos_id)
+    write_settings(settings, config.decode, output)
     with tempfile.TemporaryDirectory() as tmp:
         src, tgt = _write_spm(tokenizer, Path(tmp))
         vocab = Path(tmp) / "vocab.json"
@@ -301,6 +306,7 @@ def export_ctranslate2(
             return spec
 
     _SpecConverter().convert(str(output), quantization=quantization, force=True)
+    write_settings(engine_settings(config.decode, "ctranslate2", config.model.max_positions), config.decode, output)
     if spm:
         _write_spm(tokenizer, output)
 
@@ -329,4 +335,7 @@ def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path, quan
         export_hf(model, tokenizer, config, output)
     else:
         export_ctranslate2(model, tokenizer, config, output, quantization)
+    note = engine_settings(config.decode, fmt, config.model.max_positions, tokenizer.bos_id).note(config.decode)
+    if note:
+        log.warning(note)
     return output

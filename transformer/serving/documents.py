@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import os
 import re
 import unicodedata
-import zipfile
 
 from fastapi import Request
 
 from transformer.documents import FORMATS, PreparedDocument, prepare_document, require
+from transformer.documents.unpacking import UnpackedTooLargeError
 from transformer.errors import UserError
 from transformer.serving.engine import Settings
 from transformer.serving.libretranslate import check_file_fields
@@ -83,29 +82,25 @@ def upload_format(filename: str) -> str:
     return FILE_FORMATS[extension]
 
 
-def check_unpacked(data: bytes, name: str, limit: int) -> None:
-    """A 413 when the zip `data` declares more than `limit` bytes unpacked (Python's zipfile never unpacks a member
-    past its declared size). A file that is no zip is left to the documents package to name."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unpacked = sum(member.file_size for member in archive.infolist())
-    except Exception:  # not a zip, or a broken one: the documents package's 400 says so
-        return
-    if unpacked > limit:
-        ratio = f"{UNPACKED_RATIO} x --max-file-bytes"
-        raise ApiError(413, f"File too large: {name} unpacks to {unpacked} bytes, the limit is {limit} ({ratio})")
-
-
-def prepare(engine, data: str | bytes, format: str, name: str, language: str | None = None) -> PreparedDocument:
+def prepare(
+    engine, data: str | bytes, format: str, name: str, language: str | None = None, *, max_unpacked: int = 0
+) -> PreparedDocument:
     """`data` read as a `format` document and cut into sentences that `engine` (a route's first model) takes, by
-    the sentence splitter of `language` (default: the engine's source); a 400 when it is not of its format. CPU
-    work on up to a whole file: run off the event loop."""
+    the sentence splitter of `language` (default: the engine's source); a 400 when it is not of its format, a 413
+    for a .docx whose parts declare more than `max_unpacked` bytes unpacked (and a 400 for one whose part unpacks
+    past what it declares: documents/unpacking.py, before any part is unpacked whole). CPU work on up to a whole
+    file: run off the event loop."""
 
     def fits(sentence: str) -> bool:
         return engine.source_tokens([sentence])[0] <= engine.max_positions
 
     try:
-        return prepare_document(data, format, fits, language=language or engine.languages[0], name=name)
+        language = language or engine.languages[0]
+        return prepare_document(data, format, fits, language=language, name=name, max_unpacked=max_unpacked or None)
+    except UnpackedTooLargeError as exc:
+        ratio = f"{UNPACKED_RATIO} x --max-file-bytes"
+        detail = f"{name} unpacks to {exc.unpacked} bytes, the limit is {max_unpacked} ({ratio})"
+        raise ApiError(413, f"File too large: {detail}") from None
     except UserError as exc:
         raise ApiError(400, f"Invalid request: {exc}") from None
 
@@ -162,9 +157,7 @@ async def translate_file(service: Service, request: Request) -> str:
         service.registry.route(source, target)  # an unknown pair is refused before the file is read
 
     def read(engine, language: str | None = None) -> PreparedDocument:
-        if format == "docx":
-            check_unpacked(upload.data, name, UNPACKED_RATIO * limit)
-        return prepare(engine, upload.data, format, name, language)
+        return prepare(engine, upload.data, format, name, language, max_unpacked=UNPACKED_RATIO * limit)
 
     first = service.registry.first.engine if source == "auto" else service.registry.route(source, target)[0].engine
     prepared = await off_loop(read, first)
