@@ -24,6 +24,8 @@ FORMATS = {  # name -> (extensions, the modules it needs besides sentencex)
     "srt": ((".srt",), ("srt",)),
     "vtt": ((".vtt",), ("webvtt",)),
     "docx": ((".docx",), ("docx",)),
+    "po": ((".po", ".pot"), ("polib",)),
+    "xliff": ((".xlf", ".xliff"), ()),
 }
 EXTRA = 'pip install -e ".[documents]"'  # the `documents` extra of pyproject.toml
 
@@ -68,9 +70,20 @@ class TextFile:
         return text.encode("utf-8") if self.binary else text
 
 
-def read_document(data: str | bytes, format: str, *, name: str = "the document", attributes: bool = False) -> Parsed:
-    """`data` parsed as `format` (see the module docstring); `attributes`: html's alt and title translated too."""
+def read_document(
+    data: str | bytes, format: str, *, name: str = "the document", attributes: bool = False, retranslate: bool = False
+) -> Parsed:
+    """`data` parsed as `format` (see the module docstring); `attributes`: html's alt and title translated too;
+    `retranslate`: po and xliff entries already translated are translated again."""
     require(format)
+    if format == "po":  # its own charset and line endings (po.py)
+        from transformer.documents.po import PoFile
+
+        return PoFile(data, name, retranslate)
+    if format == "xliff":  # XML: its own encoding (xliff.py)
+        from transformer.documents.xliff import XliffFile
+
+        return XliffFile(data, name, retranslate)
     if format == "docx":
         if isinstance(data, str):
             raise UserError("a .docx document is bytes: read the file in binary mode")

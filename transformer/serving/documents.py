@@ -13,6 +13,8 @@ A document goes in three steps, none of which holds the event loop or a thread w
 3. rebuilt from the translations in a worker thread.
 A file's format comes from its extension (`FILE_FORMATS`); the translated file is kept in the server's file store
 (file_store.py) under its key, `<id>.<name>` with `name` the upload's own name made safe (`download_name`).
+Protected spans are kept as written in files and html items alike (protected.py's fields); gettext .po/.pot and
+XLIFF files get their untranslated entries translated and marked for review (docs/documents.md).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import zipfile
 from fastapi import Request
 
 from transformer.documents import FORMATS, PreparedDocument, prepare_document, require
+from transformer.documents.spans import PROTECT, Protection
 from transformer.errors import UserError
 from transformer.serving.engine import Settings
 from transformer.serving.libretranslate import check_file_fields
+from transformer.serving.protected import request_protection
 from transformer.serving.requests import ApiError, check_lines
 from transformer.serving.service import Service, off_loop
 
@@ -42,6 +46,8 @@ MEDIA_TYPES = {  # a format's Content-Type when its file is downloaded
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "po": "text/x-gettext-translation",
+    "xliff": "application/xliff+xml",
 }
 NAME_CHARS = 100  # the longest download name kept from an upload's name (its extension added)
 UNPACKED_RATIO = 32  # a .docx (a zip) may unpack to at most this many times --max-file-bytes: no zip bomb
@@ -92,16 +98,18 @@ def check_unpacked(data: bytes, name: str, limit: int) -> None:
         raise ApiError(413, f"File too large: {name} unpacks to {unpacked} bytes, the limit is {limit} ({ratio})")
 
 
-def prepare(service: Service, data: str | bytes, format: str, name: str) -> PreparedDocument:
-    """`data` read as a `format` document and cut into sentences the model takes; a 400 when it is not of its
-    format. CPU work on up to a whole file: run off the event loop."""
+def prepare(
+    service: Service, data: str | bytes, format: str, name: str, protection: Protection = PROTECT
+) -> PreparedDocument:
+    """`data` read as a `format` document and cut into sentences the model takes, `protection`'s spans kept as
+    written; a 400 when it is not of its format. CPU work on up to a whole file: run off the event loop."""
     engine = service.engine
 
     def fits(sentence: str) -> bool:
         return engine.source_tokens([sentence])[0] <= engine.max_positions
 
     try:
-        return prepare_document(data, format, fits, language=engine.languages[0], name=name)
+        return prepare_document(data, format, fits, language=engine.languages[0], name=name, protection=protection)
     except UserError as exc:
         raise ApiError(400, f"Invalid request: {exc}") from None
 
@@ -120,7 +128,7 @@ async def translate_html(
     limits = service.serve.max_lines, service.serve.max_chars
 
     def plan() -> list[PreparedDocument]:
-        prepared = [prepare(service, item, "html", name) for name, item in items]
+        prepared = [prepare(service, item, "html", name, settings.protection) for name, item in items]
         check_lines([sentence for document in prepared for sentence in document.sentences], *limits)
         return prepared
 
@@ -144,6 +152,7 @@ async def translate_file(service: Service, request: Request) -> str:
     """POST /translate_file: the uploaded file translated and kept in the file store; its key there."""
     fields = await service.upload(request)
     upload = check_file_fields(fields, service.engine.languages)
+    protection = request_protection(fields)
     limit = service.serve.max_file_bytes
     if len(upload.data) > limit:
         raise ApiError(413, f"File too large: {len(upload.data)} bytes, the limit is {limit} (--max-file-bytes)")
@@ -152,7 +161,7 @@ async def translate_file(service: Service, request: Request) -> str:
     def read() -> PreparedDocument:
         if format == "docx":
             check_unpacked(upload.data, name, UNPACKED_RATIO * limit)
-        return prepare(service, upload.data, format, name)
+        return prepare(service, upload.data, format, name, protection)
 
     prepared = await off_loop(read)
     settings = Settings(alignment=service.engine.attends)

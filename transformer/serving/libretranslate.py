@@ -7,7 +7,8 @@ POST /translate reads `q` (a string, or a list of strings), `source`, `target`, 
 `detectedLanguage` (the model's one source language, confidence 100: nothing is detected). With `alternatives: N`
 it adds `alternatives`, the next N hypotheses of the beam (a list per item for a list `q`). A `q` with several
 lines is translated line by line and joined back with newlines; a `format: html` item is translated as an HTML
-document, its markup kept and its inline tags placed by word alignment (documents.py).
+document, its markup kept and its inline tags placed by word alignment (documents.py). Placeholders, URLs, numbers,
+code and the like are kept as written unless `protect` is false (protected.py).
 Errors are LibreTranslate's: 400 with "Invalid request: missing q parameter", "xx is not supported",
 "xml format is not supported", ..., each as `{"error": "..."}`.
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transformer.serving.engine import Settings
+from transformer.serving.protected import request_protection
 from transformer.serving.requests import ApiError, Upload, check_lines, short
 
 NAMES = {  # ISO 639-1 code -> English name, for /languages; other codes are named by themselves
@@ -76,7 +78,8 @@ def plan_translate(
     single, source = isinstance(fields["q"], str), fields["source"]
     alternatives = _alternatives(fields.get("alternatives"), max_beam - 1)
     nbest = 1 + alternatives
-    settings = Settings(decode=(("beam_size", nbest),) if nbest > beam_size else (), nbest=nbest)
+    decode = (("beam_size", nbest),) if nbest > beam_size else ()
+    settings = Settings(decode=decode, nbest=nbest, protection=request_protection(fields))
     extra = {"detectedLanguage": {"confidence": 100.0, "language": language_pair[0]}} if source == "auto" else {}
 
     def answer(texts: list[list[str]]) -> dict:
