@@ -22,6 +22,7 @@ unaligned): it went to the same relative place, as rendering.py guesses (`by_pos
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 
 from transformer.documents.layout import Layout
@@ -115,15 +116,35 @@ def nothing_to_translate(layout: Layout) -> bool:
 
 
 def drop_invented(text: str, alignment: Alignment | None, spans: set[str]) -> tuple[str, Alignment | None]:
-    """A translation without its words equal to one of `spans` (the model's own, see the module docstring), its
-    alignment renumbered to the words kept."""
+    """A translation without the segment's spans that the model wrote itself (see the module docstring): runs of
+    words equal to a span, and a span inside a word (not part of a longer word or number); its alignment renumbered
+    to the words kept."""
     words = text.split()
-    if not spans or not any(word in spans for word in words):
+    if not spans or not any(span in text for span in spans):
         return text, alignment
-    kept = [t for t, word in enumerate(words) if word not in spans]
+    gone = [False] * len(words)
+    for span in sorted((s for s in spans if len(s.split()) > 1), key=len, reverse=True):
+        parts = span.split()
+        for i in range(len(words) - len(parts) + 1):
+            if words[i : i + len(parts)] == parts and not any(gone[i : i + len(parts)]):
+                gone[i : i + len(parts)] = [True] * len(parts)
+    inside = [_inside(span) for span in sorted(spans, key=len, reverse=True) if len(span.split()) == 1]
+    for t, word in enumerate(words):
+        for pattern in inside:
+            word = pattern.sub("", word)
+        gone[t] = gone[t] or not word
+        words[t] = word
+    kept = [t for t in range(len(words)) if not gone[t]]
     new = {t: n for n, t in enumerate(kept)}
     links = None if alignment is None else [(s, new[t]) for s, t in alignment if t in new]
     return " ".join(words[t] for t in kept), links
+
+
+def _inside(span: str) -> re.Pattern:
+    """A span within a word, where it is not part of a longer word or number."""
+    before = r"(?<!\w)" if span[0].isalnum() or span[0] == "_" else ""
+    after = r"(?!\w)" if span[-1].isalnum() or span[-1] == "_" else ""
+    return re.compile(before + re.escape(span) + after)
 
 
 def by_position(layout: Layout, ranges: Sequence[tuple[int, int]], alignments: Sequence[Alignment | None]) -> bool:

@@ -84,13 +84,13 @@ class XliffFile:
                 pieces.append(Close(written))
             elif event.kind == "start":
                 end = _matching_end(self.events, i)
-                pieces.append(Atom(self._text(event.start, self.events[end].end), protected="inline code"))
                 _check_pair(self.events, i, last, self.data, self.name)
+                pieces.append(_code(event, self._text(event.start, self.events[end].end)))
                 i = end
             else:
                 pieces.append(Atom(written))
             i += 1
-        return Segment(pieces, escape, {"unit": unit})
+        return Segment(_paired_codes(pieces), escape, {"unit": unit})
 
     def rebuild(self, outputs: Sequence[Sequence[Piece]]) -> str | bytes:
         if not self.todo:
@@ -159,6 +159,50 @@ def _units(events: list[Event], version2: bool) -> list[Unit]:
             elif name in ("unit", "trans-unit", "group") and events[start].attrs.get("translate") == "no":
                 skip -= 1
     return units
+
+
+class _Code(Atom):
+    """A begin or end code (`<bpt>`/`<ept>`, `<sc/>`/`<ec/>`) until `_paired_codes` pairs it."""
+
+
+def _code(event: Event, written: str) -> Atom:
+    if event.name in PAIRED_CODES or event.name in PAIRED_CODES.values():
+        key = event.attrs.get("rid", event.attrs.get("id", event.attrs.get("startRef")))
+        if event.attrs.get("isolated") != "yes":
+            return _Code(written, protected=f"{event.name in PAIRED_CODES} {key}")
+    return Atom(written, protected="inline code")
+
+
+def _paired_codes(pieces: list[Piece]) -> list[Piece]:
+    """Begin and end codes that nest well with the pairs around them as pairs (placed around the words they hold,
+    in order); any other as a protected atom."""
+    out: list[Piece] = []
+    stack: list[tuple[str | None, int]] = []  # (a code's key, None for a pair), its place in `out`
+    for piece in pieces:
+        if isinstance(piece, _Code):
+            begins, key = piece.protected.split(" ", 1)
+            if begins == "True":
+                stack.append((key, len(out)))
+                out.append(piece)
+            elif stack and stack[-1][0] == key:
+                at = stack.pop()[1]
+                out[at] = Open(out[at].raw)
+                out.append(Close(piece.raw))
+            else:
+                out.append(Atom(piece.raw, protected="inline code"))
+            continue
+        if isinstance(piece, Open):
+            stack.append((None, len(out)))
+        elif isinstance(piece, Close):
+            while stack and stack[-1][0] is not None:  # a code begun inside this pair, not ended in it
+                at = stack.pop()[1]
+                out[at] = Atom(out[at].raw, protected="inline code")
+            stack = stack[:-1]
+        out.append(piece)
+    for key, at in stack:
+        if key is not None:
+            out[at] = Atom(out[at].raw, protected="inline code")
+    return out
 
 
 def _matching_end(events: list[Event], i: int) -> int:
