@@ -55,7 +55,7 @@ from transformer.decoding.cpu_linear import quantize_int8
 from transformer.decoding.glossary import Glossary, as_glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score
-from transformer.decoding.streaming import StreamingEngine, Translation, truncate_source, with_settings
+from transformer.decoding.streaming import StreamingEngine, Translation, align_tokens, truncate_source, with_settings
 from transformer.documents.lines import ProtectedLine
 from transformer.documents.spans import Protection
 from transformer.errors import UserError
@@ -302,7 +302,7 @@ def _restored(engine, lines: list[ProtectedLine], chunk: list[list[Translation]]
     links = iter(
         [h.alignment for _, h in todo]
         if alignment
-        else engine.align_tokens([lines[n].text for n, _ in todo], [h.tokens for _, h in todo], layer)
+        else align_tokens(engine, [lines[n].text for n, _ in todo], [h.tokens for _, h in todo], layer)
         if reads and todo
         else [None] * len(todo)
     )
@@ -319,7 +319,7 @@ def _restored(engine, lines: list[ProtectedLine], chunk: list[list[Translation]]
     if alignment:  # the links of each restored text to its own line's words
         pairs = [(line.line, h) for line, hyps in zip(lines, out) if line.layout is not None for h in hyps]
         tokens = engine.tokenizer.encode_tgt([h.text.strip() for _, h in pairs]) if pairs else []
-        fresh = iter(engine.align_tokens([source for source, _ in pairs], tokens, layer) if pairs else [])
+        fresh = iter(align_tokens(engine, [source for source, _ in pairs], tokens, layer) if pairs else [])
         out = [
             [replace(h, alignment=next(fresh)) for h in hyps] if line.layout is not None else hyps
             for line, hyps in zip(lines, out)
