@@ -147,3 +147,20 @@ def test_documents_keep_their_spans_whatever_the_translator_does(format):
         for span in ("%s", "--force", "https://x.org", '<span class="notranslate">Acme</span>'):
             assert out.count(span) == source.count(span), out
     assert translate_document(source, format, Identity()) == source
+
+
+def test_a_word_file_keeps_its_spans_in_their_runs():
+    import io
+
+    docx = pytest.importorskip("docx")
+    document = docx.Document()
+    paragraph = document.add_paragraph("No se pudo abrir ")
+    paragraph.add_run("%s").bold = True
+    paragraph.add_run(" en https://x.org ahora, %d veces.")
+    out = io.BytesIO()
+    document.save(out)
+    for seed in range(10):
+        result = docx.Document(io.BytesIO(translate_document(out.getvalue(), "docx", Mangler(seed, invent="%d"))))
+        text = result.paragraphs[0].text
+        assert [text.count(span) for span in ("%s", "https://x.org", "%d")] == [1, 1, 1], text
+        assert any(run.bold and run.text.strip() == "%s" for run in result.paragraphs[0].runs)

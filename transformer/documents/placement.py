@@ -287,13 +287,19 @@ def _walk(layout: Layout, rendering: Rendering, children: list[Node], lo: int, h
 def _spaced(layout: Layout, rendering: Rendering, u: int, at: int, out: list[Piece]) -> list[Piece]:
     """An atom, with a space on a side where a protected span that stood apart in the source (whitespace beside it)
     is placed away from its home against a word (`open %s` stays apart, not `open%s`)."""
-    unit = layout.units[u]
-    if not (isinstance(unit, Atom) and unit.protected) or u in rendering.home:
-        return [unit]
     before = next((raw(p)[-1] for p in reversed(out) if raw(p)), " ")
     after = next((t[0] for t in rendering.text[at:] if t), " ")
-    spaced = [_space_at(layout, u - 1) and not before.isspace(), _space_at(layout, u + 1) and not after.isspace()]
-    return [" "] * spaced[0] + [unit] + [" "] * spaced[1]
+    left, right = spacing(layout, rendering, u, before, after)
+    return [" "] * left + [layout.units[u]] + [" "] * right
+
+
+def spacing(layout: Layout, rendering: Rendering, u: int, before: str, after: str) -> tuple[bool, bool]:
+    """Whether a space goes before and after atom u placed between the characters `before` and `after` (see
+    `_spaced`): only for a protected span away from its home."""
+    unit = layout.units[u]
+    if not (isinstance(unit, Atom) and unit.protected) or u in rendering.home:
+        return False, False
+    return _space_at(layout, u - 1) and not before.isspace(), _space_at(layout, u + 1) and not after.isspace()
 
 
 def _space_at(layout: Layout, u: int) -> bool:
