@@ -46,7 +46,7 @@ MEDIA_TYPES = {  # a format's Content-Type when its file is downloaded
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    "po": "text/x-gettext-translation",
+    "po": "text/x-gettext-translation; charset=utf-8",  # a catalogue in another charset names it in its header
     "xliff": "application/xliff+xml",
 }
 NAME_CHARS = 100  # the longest download name kept from an upload's name (its extension added)

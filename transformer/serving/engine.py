@@ -74,7 +74,7 @@ class Engine:
                 alignment_layer=settings.alignment_layer,
                 **controls,
                 **dict(settings.options),
-                protect=settings.protection,
+                **({} if settings.protection == PROTECT else {"protect": settings.protection}),  # else the default
             )
 
     def _variant(self, decode: tuple[tuple[str, Any], ...]):
