@@ -299,7 +299,18 @@ def spacing(layout: Layout, rendering: Rendering, u: int, before: str, after: st
     unit = layout.units[u]
     if not (isinstance(unit, Atom) and unit.protected) or u in rendering.home:
         return False, False
-    return _space_at(layout, u - 1) and not before.isspace(), _space_at(layout, u + 1) and not after.isspace()
+    return _apart(layout, u - 1, before), _apart(layout, u + 1, after)
+
+
+def _apart(layout: Layout, v: int, beside: str) -> bool:
+    """Whether a space parts a placed span from the character `beside` it in the target: where unit v beside it in
+    the source was whitespace, or where the target puts a letter or digit against it and the source did not."""
+    if beside.isspace():
+        return False
+    if _space_at(layout, v):
+        return True
+    unit = layout.units[v]
+    return beside.isalnum() and not (isinstance(unit, Char) and unit.text[:1].isalnum())
 
 
 def _space_at(layout: Layout, u: int) -> bool:
