@@ -60,25 +60,43 @@ def timed(translator, lines: list[str], protect: bool) -> tuple[list[str], float
     return out, (time.perf_counter() - start) / max(len(lines), 1)
 
 
-def measure(translator, messages: list[str], sources: list[str], references: list[str]) -> dict:
-    """The figures: placeholders kept on messages, BLEU and chrF of the test set, time per line, off and on (after
-    a warm-up; each timing the faster of two runs for the messages, one for the test set)."""
+def scan_seconds(lines: list[str]) -> float:
+    """Seconds per line of finding a line's spans and masking them (what protection adds to a line without any)."""
+    from transformer.documents.lines import ProtectedLine
+    from transformer.documents.spans import Protection
+
+    protection = Protection()
+    start = time.perf_counter()
+    for line in lines:
+        ProtectedLine(line, protection)
+    return (time.perf_counter() - start) / max(len(lines), 1)
+
+
+def measure(translator, messages: list[str], sources: list[str], references: list[str], rounds: int = 2) -> dict:
+    """The figures: placeholders kept on messages, BLEU and chrF of the test set, time per line, off and on. The
+    timings alternate off and on for `rounds` rounds after a warm-up, and keep each one's fastest (a shared machine's
+    load changes under a long run)."""
     import sacrebleu
 
     translator.translate(messages[:20] + sources[:20])  # warm-up: the CPU copies, the allocator
     record: dict = {"messages": len(messages), "test_lines": len(sources), "examples": []}
-    outputs = {}
-    for protect in (False, True):
-        name = "on" if protect else "off"
-        runs = [timed(translator, messages, protect) for _ in range(2)]
-        out, per_line = runs[0][0], min(seconds for _, seconds in runs)
-        record[f"messages_kept_{name}"] = round(kept_share(messages, out), 4)
-        record[f"messages_ms_per_line_{name}"] = round(1000 * per_line, 2)
-        record["examples"] += [[m, o, name] for m, o in list(zip(messages, out))[:5]]
-        out, per_line = timed(translator, sources, protect)
-        outputs[name] = out
+    outputs: dict = {}
+    times: dict = {}
+    for _ in range(rounds):
+        for protect in (False, True):
+            for kind, lines in (("messages", messages), ("test", sources)):
+                out, per_line = timed(translator, lines, protect)
+                key = (kind, "on" if protect else "off")
+                outputs[key], times[key] = out, min(per_line, times.get(key, per_line))
+    for name in ("off", "on"):
+        record[f"messages_kept_{name}"] = round(kept_share(messages, outputs["messages", name]), 4)
+        record["examples"] += [[m, o, name] for m, o in list(zip(messages, outputs["messages", name]))[:5]]
+        out = outputs["test", name]
         record[f"test_bleu_{name}"] = round(sacrebleu.corpus_bleu(out, [references]).score, 2)
         record[f"test_chrf_{name}"] = round(sacrebleu.corpus_chrf(out, [references]).score, 2)
-        record[f"test_ms_per_line_{name}"] = round(1000 * per_line, 2)
-    record["test_lines_identical"] = sum(a == b for a, b in zip(outputs["on"], outputs["off"]))
+        for kind in ("messages", "test"):
+            record[f"{kind}_ms_per_line_{name}"] = round(1000 * times[kind, name], 2)
+    record["test_lines_identical"] = sum(a == b for a, b in zip(outputs["test", "on"], outputs["test", "off"]))
+    record["scan_us_per_line_test"] = round(1e6 * scan_seconds(sources), 1)
+    record["scan_us_per_line_messages"] = round(1e6 * scan_seconds(messages), 1)
     return record
