@@ -15,7 +15,7 @@
     t.translate(["Hola."], nbest=1)[0][0].confidence  # -> 0.71: in [0, 1] (decoding/confidence.py)
     t.confidence_threshold            # the checkpoint's default threshold (None: not calibrated)
     t.translate(["Abrir %s en https://x.org"])  # -> ["Open %s at https://x.org"]: protected spans kept as written
-    t.translate(["Hola."], protect=Protection(patterns=(r"ACME-[0-9]+",)))  # and what a pattern matches; False: none
+    t.translate(["Hola."], protect=Protection(patterns=(r"ACME-[0-9]+",)))  # from transformer import Protection
 
 A thin layer over `streaming.StreamingEngine` (the engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
