@@ -9,10 +9,11 @@
   and the segment's `state` (where it has one) set to `initial`. Units already translated are left alone unless
   `retranslate`.
 - Inline codes: `<g>`, `<pc>` and `<mrk>` are pairs placed around the target words aligned to theirs (a `<mrk>` that
-  is `mtype="protected"` or `translate="no"` keeps what it holds as written); `<x/>`, `<bx/>`, `<ex/>`, `<ph>`,
-  `<bpt>`, `<ept>`, `<it>` (1.2) and `<ph/>`, `<sc/>`, `<ec/>`, `<sm/>`, `<em/>`, `<cp/>` (2.0), with what they
-  hold, are protected spans: each comes back exactly once, as written. A `<bpt>` without its `<ept>` (an `<sc>`
-  without its `<ec>`) in a source is refused, naming the line.
+  is `mtype="protected"` or `translate="no"` is a protected span, kept as written); a `<bpt>`/`<ept>` (1.2) or
+  `<sc/>`/`<ec/>` (2.0) that nests well with the pairs around it is a pair too, so that a begin code never comes
+  after its end; `<x/>`, `<bx/>`, `<ex/>`, `<ph>`, `<it>` (1.2), `<ph/>`, `<sm/>`, `<em/>`, `<cp/>` (2.0) and any
+  other code, with what it holds, are protected spans: each comes back exactly once, as written. A `<bpt>` without
+  its `<ept>` (an `<sc>` without its `<ec>`) in a source is refused, naming the line.
 """
 
 from __future__ import annotations
