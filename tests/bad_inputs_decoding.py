@@ -162,6 +162,32 @@ TRANSLATE = [
         "--confidence and --min-confidence work line by line",
     ),
     Case(
+        "translate-protect-pattern-could-stall",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--protect", "(a+)+b", "x"],
+        "has a repeat inside a repeat, which can take exponential time",
+    ),
+    Case(
+        "translate-protect-and-no-protect",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--protect", "x", "--no-protect", "x"],
+        "--no-protect keeps nothing as written",
+    ),
+    Case(
+        "translate-po-unterminated-string",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--input", "{tmp}/bad.po", "--format"],
+        "bad.po: line 1: a string that never ends",
+        write("bad.po", 'msgid "abc\nmsgstr ""\n'),
+    ),
+    Case(
+        "translate-xliff-entity-bomb",
+        "translate",
+        ["--checkpoint", "{ckpt}", "--input", "{tmp}/bomb.xlf", "--format"],
+        "bomb.xlf: line 1: declares an XML entity",
+        write("bomb.xlf", '<!DOCTYPE x [<!ENTITY a "aa"><!ENTITY b "&a;&a;">]><xliff version="1.2"/>'),
+    ),
+    Case(
         "translate-config-not-utf8",
         "translate",
         ["--checkpoint", "{ckpt}", "--config", "{tmp}/bad.yaml", "x"],

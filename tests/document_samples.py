@@ -31,8 +31,28 @@ SAMPLES = {
         "WEBVTT\n\nNOTE a note\n\nintro\n00:01.000 --> 00:02.000 align:start\n"
         "<v Roger>Hello <c.yellow>big</c> world,\nand more\n\n00:03.000 --> 00:04.000\nthen &amp; <00:03.500>now.\n"
     ),
+    "po": (
+        '# Spanish messages.\nmsgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+        '"Plural-Forms: nplurals=2; plural=(n != 1);\\n"\n\n#: src/main.c:10\n#, c-format\nmsgctxt "menu"\n'
+        'msgid "Could not open %s: the file is gone."\nmsgstr ""\n\n#: src/main.c:20\nmsgid "%d file copied"\n'
+        'msgid_plural "%d files copied"\nmsgstr[0] ""\nmsgstr[1] ""\n\nmsgid ""\n"Usage: cp [OPTION]...\\n"\n'
+        '"Copy files. See https://gnu.org for more.\\n"\nmsgstr ""\n\nmsgid "Done"\nmsgstr "Hecho"\n\n'
+        '#~ msgid "Old"\n#~ msgstr "Viejo"\n'
+    ),
+    "xliff": (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">\n'
+        '  <file source-language="en" target-language="es" datatype="plaintext" original="app">\n    <body>\n'
+        '      <trans-unit id="1">\n        <source>Click <g id="1">Save now</g> to keep %s &amp; <x id="2"/>'
+        "quit.</source>\n      </trans-unit>\n"
+        '      <trans-unit id="2">\n        <source>Hello <bpt id="3">&lt;b&gt;</bpt>big world<ept id="3">&lt;/b&gt;'
+        "</ept> today.</source>\n        <target/>\n      </trans-unit>\n"
+        '      <trans-unit id="3">\n        <source>Done</source>\n        <target>Hecho</target>\n'
+        "      </trans-unit>\n    </body>\n  </file>\n</xliff>\n"
+    ),
 }
 EXTENSIONS = {"text": "txt", "html": "html", "markdown": "md", "srt": "srt", "vtt": "vtt", "docx": "docx"}
+EXTENSIONS |= {"po": "po", "xliff": "xlf"}
+TRANSLATION_FILES = ("po", "xliff")  # formats whose translation fills targets: their identity is not the source
 
 
 def docx_sample(with_header: bool = True) -> bytes:

@@ -7,7 +7,7 @@ import io
 from collections import Counter
 
 import pytest
-from document_samples import SAMPLES, Identity, Reverse, Upper, docx_sample, sample
+from document_samples import SAMPLES, TRANSLATION_FILES, Identity, Reverse, Upper, docx_sample, sample
 
 pytest.importorskip("sentencex")
 pytest.importorskip("docx")
@@ -16,11 +16,13 @@ from transformer.documents import FORMATS, read_document, translate_document  # 
 from transformer.documents import pipeline as pipeline_module  # noqa: E402
 from transformer.documents.layout import Layout  # noqa: E402
 from transformer.documents.pipeline import translate_segments  # noqa: E402
+from transformer.documents.protection import protect_segment  # noqa: E402
 from transformer.documents.segments import Atom, Break, Close, Open, Segment  # noqa: E402
 from transformer.documents.sentences import cut_point, sentence_ranges, sentence_starts  # noqa: E402
+from transformer.documents.spans import PROTECT  # noqa: E402
 
 
-@pytest.mark.parametrize("format", sorted(FORMATS))
+@pytest.mark.parametrize("format", sorted(set(FORMATS) - set(TRANSLATION_FILES)))  # theirs: test_po.py, test_xliff.py
 @pytest.mark.parametrize("limit", [10**9, 3, 1])  # 3 and 1 words: long sentences cut to fit the "model"
 def test_an_identity_translation_gives_the_document_back_byte_for_byte(format, limit):
     data = sample(format)
@@ -50,7 +52,10 @@ def test_the_round_trip_oracle_catches_a_wrong_rebuild(format, monkeypatch):
 
 
 def _markup(pieces) -> Counter:
-    return Counter(id(p) for p in pieces if isinstance(p, (Open, Close, Atom)))
+    """Each piece of markup by its identity (a protected span, made anew at each protection, by its text)."""
+    return Counter(
+        p.raw if isinstance(p, Atom) and p.protected else id(p) for p in pieces if isinstance(p, (Open, Close, Atom))
+    )
 
 
 def _well_formed(pieces, partner: dict) -> bool:
@@ -79,7 +84,7 @@ def test_markup_is_kept_once_each_and_nests_well_formed(format, translator):
     parsed = read_document(sample(format), format)
     segments = parsed.segments()
     outputs = translate_segments(segments, translator())
-    for segment, output in zip(segments, outputs):
+    for segment, output in zip([protect_segment(s, PROTECT) for s in segments], outputs):  # spans are atoms
         kept, source = _markup(output), _markup(segment.pieces)
         if format == "docx":  # a Word run comes back once for each stretch of its words (word.py), at least once
             kept, source = set(kept), set(source)
@@ -93,7 +98,7 @@ def test_markup_is_kept_once_each_and_nests_well_formed(format, translator):
     [
         ("<p>The <i>red <b>cat</b></i> sat.</p>", "<p>sat. <i><b>cat</b> red</i> The</p>"),
         ('<p>Go <a href="/x">to the</a> park.</p>', '<p>park. <a href="/x">the to</a> Go</p>'),
-        ("<p>A <code>x = 1</code> line.</p>", "<p>line. <code>x = 1</code> A</p>"),  # code kept as written
+        ("<p>A <code>x = 1</code> line.</p>", "<p>line. A <code>x = 1</code></p>"),  # code kept, after "A"
         ("<p><b>First.</b> Second one.</p>", "<p><b>First.</b> one. Second</p>"),  # one sentence at a time
         ("<p>One<br>two three.</p>", "<p>three. two One<br></p>"),  # br after the word aligned to "One"
         ("<p>un<b>tr</b>ue words.</p>", "<p>words. un<b>tr</b>ue</p>"),  # inside a word that comes back as it was
@@ -109,7 +114,7 @@ def test_inline_tags_land_around_the_target_words_aligned_to_theirs(source, expe
     [
         ("Read [the docs](http://x) now.\n", "now. [docs the](http://x) Read\n"),
         ("Some *very **bold** text* here.\n", "here. *text **bold** very* Some\n"),
-        ("Run `make test` now.\n", "now. `make test` Run\n"),
+        ("Run `make test` now.\n", "now. Run `make test`\n"),  # a protected span: after "Run"
         ("> one two\n> three.\n", "> three. two\n> one\n"),  # the break goes after "two", prefix and all
         ("| a b | c |\n|---|---|\n", "| b a | c |\n|---|---|\n"),
     ],
@@ -159,7 +164,7 @@ def test_every_word_of_every_segment_is_sent_once(format):
     identity = Identity(limit=4)
     parsed = read_document(sample(format), format)
     translate_segments(parsed.segments(), identity)
-    words = [w for s in parsed.segments() for w in Layout(s).texts]
+    words = [w for s in parsed.segments() for w in Layout(protect_segment(s, PROTECT)).texts]
     assert [w for sentence in identity.sent for w in sentence.split()] == words
     assert all(0 < len(sentence.split()) <= 4 for sentence in identity.sent)
 

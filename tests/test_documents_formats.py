@@ -129,7 +129,9 @@ def test_a_docx_with_no_word_document_inside_is_refused():
 
 
 def test_the_format_is_guessed_from_the_extension():
-    assert [guess_format(f"a.{e}") for e in ("txt", "HTML", "md", "srt", "vtt", "docx")] == list(FORMATS)
+    extensions = ("txt", "HTML", "md", "srt", "vtt", "docx", "po", "xlf")
+    assert [guess_format(f"a.{e}") for e in extensions] == list(FORMATS)
+    assert guess_format("a.pot") == "po" and guess_format("a.xliff") == "xliff"
     with pytest.raises(UserError, match="cannot tell the format of a.pdf from its extension; give --format"):
         guess_format("a.pdf")
 

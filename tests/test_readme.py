@@ -100,6 +100,7 @@ FILES = {  # inputs the README's commands name; out.en is also written by a tran
         "Sea.",
     ],
     "talk.vtt": ["WEBVTT", "", "00:01.000 --> 00:02.000", "Jesús lloró."],
+    "messages.po": ["#, c-format", 'msgid "Abra %s con --force"', 'msgstr ""', "", 'msgid "Hecho"', 'msgstr "Done"'],
 }
 
 

@@ -61,9 +61,9 @@ CASES = [  # (input, the sentences the model reads, the output with upper-cased 
         ["sí"],
         "<script>if (a < b) { x = '<p>no</p>'; }</script><style>p > b { }</style><p>SÍ</p>",
     ),
-    (  # code is read in its sentence, and written as it was
+    (  # code is kept as written, masked from the model (a protected span)
         "<pre>keep <this></pre> and <code>this()</code> too",
-        ["and this() too"],
+        ["and too"],
         "<pre>keep <this></pre> AND <code>this()</code> TOO",
     ),
     ("&lt;tag&gt; &amp; &#241;and&uacute;", ["<tag> & ñandú"], "&lt;TAG&gt; &amp; ÑANDÚ"),

@@ -76,6 +76,12 @@ def structure(format: str, data: bytes):
         import webvtt
 
         return [(cue.start, cue.end) for cue in webvtt.from_buffer(io.StringIO(data.decode()))]
+    if format == "po":
+        import polib
+
+        return [(e.msgctxt, e.msgid, e.occurrences) for e in polib.pofile(data.decode())]
+    if format == "xliff":
+        return re.findall(r"<(?:trans-unit|source)[^>]*>", data.decode())  # the units and their sources' tags
     import docx
 
     document = docx.Document(io.BytesIO(data))

@@ -11,6 +11,7 @@ __all__ = [
     "DecodeConfig",
     "Glossary",
     "ModelConfig",
+    "Protection",
     "TrainConfig",
     "Translator",
     "UserError",
@@ -28,4 +29,8 @@ def __getattr__(name: str):
         from transformer.decoding.glossary import Glossary
 
         return Glossary
+    if name == "Protection":
+        from transformer.documents.spans import Protection
+
+        return Protection
     raise AttributeError(f"module 'transformer' has no attribute {name!r}")

@@ -14,6 +14,8 @@
     t.translate_document("<p>Hola <b>amigo</b>.</p>", "html")  # a whole document, markup kept (documents/)
     t.translate(["Hola."], nbest=1)[0][0].confidence  # -> 0.71: in [0, 1] (decoding/confidence.py)
     t.confidence_threshold            # the checkpoint's default threshold (None: not calibrated)
+    t.translate(["Abrir %s en https://x.org"])  # -> ["Open %s at https://x.org"]: protected spans kept as written
+    t.translate(["Hola."], protect=Protection(patterns=(r"ACME-[0-9]+",)))  # from transformer import Protection
 
 A thin layer over `streaming.StreamingEngine` (the engine behind transformer-translate): the same sorting
 into token-bounded batches, order restored, truncation and empty-line handling. Decoding settings start from the
@@ -27,16 +29,25 @@ order (decoding/relaxation.py), with a warning, and each `Translation` names the
 lacks (`unmet`); a glossary's terms are constraints like the caller's.
 Every `Translation` has a `confidence` in [0, 1], from the checkpoint's calibration (transformer-calibrate; without
 one, and for an ensemble, the uncalibrated exp(mean log-probability); decoding/confidence.py).
+Protected spans (on by default: placeholders, URLs, e-mail addresses, paths, options, numbers, code, and the
+`patterns` of a `Protection`; documents/spans.py) are masked from the model and put back by word alignment, each
+exactly once (documents/protection.py): a `Translation` lists them (`protected`) and says whether one was placed
+by position for want of an aligned word beside it (`by_position`); its score, tokens and confidence are the
+search's, over the line the model read.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from transformer.config import CHUNK_LINES
 from transformer.decoding.alignment import resolve_layer
 from transformer.decoding.attention_maps import MAX_PIECES, Panel, attention_figures
 from transformer.decoding.confidence import Calibration, read_calibration
@@ -44,7 +55,9 @@ from transformer.decoding.cpu_linear import quantize_int8
 from transformer.decoding.glossary import Glossary, as_glossary
 from transformer.decoding.interface import AttentionModel
 from transformer.decoding.scoring import Score
-from transformer.decoding.streaming import StreamingEngine, Translation, truncate_source, with_settings
+from transformer.decoding.streaming import StreamingEngine, Translation, align_tokens, truncate_source, with_settings
+from transformer.documents.lines import ProtectedLine
+from transformer.documents.spans import Protection
 from transformer.errors import UserError
 
 
@@ -144,6 +157,7 @@ class Translator:
         constraints: Sequence[str] | Sequence[Sequence[str]] | None = None,
         replace_unk: bool = False,
         glossary: Glossary | str | Path | None = None,
+        protect: bool | Protection = True,
     ) -> list[str] | list[Translation] | list[list[Translation]]:
         """texts -> one string each; with `nbest` N, up to N `Translation`s each (text, score, log_prob, tokens).
 
@@ -157,7 +171,8 @@ class Translator:
         `Glossary` or a glossary file (loaded at each call: load it once with `Glossary.load`) for this call, in
         place of the translator's (None: the translator's; an empty `Glossary()`: none); the target terms of the
         terms each input holds join its constraints as whole words, at a beam of max(beam_size, glossary_beam_size)
-        where they are all its constraints (decoding/glossary.py).
+        where they are all its constraints (decoding/glossary.py). protect: True (the default) keeps placeholders,
+        URLs, numbers, code, ... as written; a `Protection` chooses (its numbers switch, its patterns); False: none.
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -166,23 +181,34 @@ class Translator:
         engine = self._engine(nbest or 1)
         glossary = self.glossary if glossary is None else as_glossary(glossary)
         steer = dict(prefix=prefix, constraints=constraints, replace_unk=replace_unk, glossary=glossary)
-        results = list(engine.translate(list(texts), alignment=alignment, alignment_layer=alignment_layer, **steer))
+        protection = as_protection(protect)
+        options = dict(alignment=alignment, alignment_layer=alignment_layer, **steer)
+        results = list(translate_protected(engine, list(texts), protection, **options))
         if nbest is None:
             return [hyps[0] if alignment else hyps[0].text for hyps in results]
         return results
 
     def translate_document(
-        self, document: str | bytes, format: str, *, attributes: bool = False, language: str | None = None
+        self,
+        document: str | bytes,
+        format: str,
+        *,
+        attributes: bool = False,
+        language: str | None = None,
+        protect: bool | Protection = True,
+        retranslate: bool = False,
     ) -> str | bytes:
         """A whole document (str, or UTF-8 bytes; bytes for "docx") translated as `format` (text, html, markdown,
-        srt, vtt, docx), its markup kept and inline tags placed by word alignment; the same type back. Needs the
-        `documents` extra. attributes: html's alt and title translated too; language: the source language for
-        the sentence splitter (default: the checkpoint's data.src_lang). docs/documents.md."""
+        srt, vtt, docx, po, xliff), its markup kept and inline tags placed by word alignment; the same type back.
+        Needs the `documents` extra. attributes: html's alt and title translated too; language: the source language
+        for the sentence splitter (default: the checkpoint's data.src_lang); protect: as `translate`'s;
+        retranslate: po and xliff entries already translated are translated again. docs/documents.md."""
         from transformer.documents import translate_document
 
         language = language or self.config.data.src_lang
         adapter = SentenceAdapter(self._engine(1), self.glossary)
-        return translate_document(document, format, adapter, language=language, attributes=attributes)
+        options = dict(attributes=attributes, protection=as_protection(protect), retranslate=retranslate)
+        return translate_document(document, format, adapter, language=language, **options)
 
     @property
     def reads_attention(self) -> bool:
@@ -226,6 +252,79 @@ class SentenceAdapter:
 
     def fits(self, sentence: str) -> bool:
         return len(self.engine.tokenizer.encode_src([sentence])[0]) <= self.engine.model.max_positions
+
+
+def as_protection(protect: bool | Protection) -> Protection:
+    """`protect` as a `Protection` (True: the default one, False: none)."""
+    if isinstance(protect, Protection):
+        return protect
+    if not isinstance(protect, bool):
+        raise UserError(f"protect must be True, False or a Protection, got {protect!r}")
+    return Protection() if protect else Protection.off()
+
+
+def translate_protected(
+    engine: StreamingEngine,
+    lines: Iterable[str],
+    protection: Protection,
+    *,
+    chunk_lines: int = CHUNK_LINES,
+    alignment: bool = False,
+    alignment_layer: int | None = None,
+    **options,
+) -> Iterator[list[Translation]]:
+    """`engine.translate`'s results (streamed, a chunk at a time) with each line's protected spans masked before
+    the search and placed back after it (documents/lines.py), by the word alignments of its hypotheses (computed
+    for the lines with spans only; an ensemble reads none: by position). With `alignment`, a line with spans gets
+    the links of its restored text to its own words."""
+    if not protection.enabled:
+        yield from engine.translate(
+            lines, chunk_lines=chunk_lines, alignment=alignment, alignment_layer=alignment_layer, **options
+        )
+        return
+    held: collections.deque[ProtectedLine] = collections.deque()
+
+    def masked() -> Iterator[str]:
+        for line in lines:
+            held.append(ProtectedLine(line, protection))
+            yield held[-1].text
+
+    options |= dict(chunk_lines=chunk_lines, alignment=alignment, alignment_layer=alignment_layer)
+    results = engine.translate(masked(), **options)
+    while chunk := list(itertools.islice(results, chunk_lines)):
+        yield from _restored(engine, [held.popleft() for _ in chunk], chunk, alignment, alignment_layer)
+
+
+def _restored(engine, lines: list[ProtectedLine], chunk: list[list[Translation]], alignment: bool, layer) -> list:
+    """Each line's hypotheses with its spans back (see `translate_protected`)."""
+    reads = isinstance(engine.model, AttentionModel)
+    todo = [(n, h) for n, line in enumerate(lines) if line.layout is not None and not line.skip for h in chunk[n]]
+    links = iter(
+        [h.alignment for _, h in todo]
+        if alignment
+        else align_tokens(engine, [lines[n].text for n, _ in todo], [h.tokens for _, h in todo], layer)
+        if reads and todo
+        else [None] * len(todo)
+    )
+    out = []
+    for line, hypotheses in zip(lines, chunk):
+        if line.layout is None:
+            out.append(hypotheses)
+            continue
+        restored = []
+        for h in hypotheses:
+            text, guessed = line.restore(h.text, None if line.skip else next(links))
+            restored.append(replace(h, text=text, protected=line.spans, by_position=guessed))
+        out.append(restored)
+    if alignment:  # the links of each restored text to its own line's words
+        pairs = [(line.line, h) for line, hyps in zip(lines, out) if line.layout is not None for h in hyps]
+        tokens = engine.tokenizer.encode_tgt([h.text.strip() for _, h in pairs]) if pairs else []
+        fresh = iter(align_tokens(engine, [source for source, _ in pairs], tokens, layer) if pairs else [])
+        out = [
+            [replace(h, alignment=next(fresh)) for h in hyps] if line.layout is not None else hyps
+            for line, hyps in zip(lines, out)
+        ]
+    return out
 
 
 def _with_decode(config, decode: dict[str, object]):

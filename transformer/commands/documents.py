@@ -5,12 +5,13 @@ is loaded), then all its sentences translated (transformer/documents/: sentences
 alignment), then written atomically: the output appears only once the whole document is done. `--format` with no
 value (or `auto`) takes the format from the input's extension. The line-by-line flags (TEXT arguments, --nbest,
 --alignment, --attention-maps, --prefix-file, --constraints-file) do not apply to a document and are refused;
-`--glossary` applies to each sentence.
+`--glossary` applies to each sentence. Protected spans (placeholders, URLs, numbers, code, `--protect` patterns) are
+kept as written; `--retranslate` translates po and xliff entries already translated again.
 
 Without `--format`, `guess_mode` chooses: an `--input` file whose extension is a document format's (those of
-documents.FORMATS, text's aside: .html, .md, .srt, .docx, ...) is translated as that document, any other file line
-by line as before (.txt among them, and any file given with a flag that works on lines); standard input is read
-line by line. The choice is said in one line on stderr.
+documents.FORMATS, text's aside: .html, .md, .srt, .docx, .po, .xliff, ...) is translated as that document, any
+other file line by line as before (.txt among them, and any file given with a flag that works on lines); standard
+input is read line by line. The choice is said in one line on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from transformer.api import SentenceAdapter
 from transformer.commands.common import load_translator
+from transformer.commands.flags import protection
 from transformer.decoding.glossary import Glossary
 from transformer.errors import UserError
 from transformer.fileio import atomic_output
@@ -73,12 +75,15 @@ def translate_file(args: argparse.Namespace, glossary: Glossary | None = None, m
     to_file = args.output is not None and args.output != "-"
     if format == "docx" and not to_file and sys.stdout.isatty():
         raise UserError("a .docx document is binary: write it to a file with --output FILE")
+    protect = protection(args)
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
-    parsed = read_document(data, format, name=args.input, attributes=args.translate_attributes)
+    options = dict(attributes=args.translate_attributes, retranslate=args.retranslate)
+    parsed = read_document(data, format, name=args.input, **options)
     translator, config, _ = load_translator(args)
     if mode:
         print(mode, file=sys.stderr)
-    outputs = translate_segments(parsed.segments(), SentenceAdapter(translator, glossary), config.data.src_lang)
+    adapter = SentenceAdapter(translator, glossary)
+    outputs = translate_segments(parsed.segments(), adapter, config.data.src_lang, protect)
     result = parsed.rebuild(outputs)
     if to_file:
         with atomic_output(args.output, "wb") as out:

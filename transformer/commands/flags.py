@@ -7,8 +7,18 @@ import argparse
 
 from transformer.commands.parsers import count
 from transformer.config import CHUNK_LINES, PRECISIONS, DecodeConfig, choices
+from transformer.errors import UserError
 
-DOCUMENT_FORMATS = ("text", "html", "markdown", "srt", "vtt", "docx")  # transformer.documents.FORMATS (tested)
+DOCUMENT_FORMATS = (
+    "text",
+    "html",
+    "markdown",
+    "srt",
+    "vtt",
+    "docx",
+    "po",
+    "xliff",
+)  # transformer.documents.FORMATS (tested)
 
 
 def config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -92,6 +102,7 @@ def translate_args(parser: argparse.ArgumentParser) -> None:
     confidence_args(parser)
     parser.add_argument("--input", help="input file, one sentence per line ('-' = stdin, the default)")
     document_args(parser)
+    protection_args(parser)
     parser.add_argument("--output", help="output file ('-' or none: standard output)")
     parser.add_argument(
         "--chunk-lines", type=count(1), default=CHUNK_LINES, help="lines read (and sorted) at a time from a pipe"
@@ -189,6 +200,37 @@ def document_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--translate-attributes", action="store_true", help="with --format html: also translate alt and title"
     )
+    parser.add_argument(
+        "--retranslate",
+        action="store_true",
+        help="with --format po or xliff: translate again the entries already translated (else left alone)",
+    )
+
+
+def protection_args(parser: argparse.ArgumentParser) -> None:
+    """What is kept as written (documents/spans.py): on by default, lines and documents alike."""
+    group = parser.add_argument_group("protected spans (docs/documents.md)")
+    group.add_argument(
+        "--protect",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also keep as written what this regular expression matches (repeatable); placeholders, URLs, e-mail "
+        "addresses, paths, --options, numbers and code are kept by default",
+    )
+    group.add_argument("--no-protect", action="store_true", help="keep nothing as written: the model reads it all")
+    group.add_argument("--no-protect-numbers", action="store_true", help="let the model translate numbers")
+
+
+def protection(args: argparse.Namespace):
+    """The `Protection` of --protect, --no-protect and --no-protect-numbers (a bad pattern: one line)."""
+    from transformer.documents.spans import Protection
+
+    if args.no_protect and args.protect:
+        raise UserError("--no-protect keeps nothing as written: drop it, or the --protect patterns")
+    if args.no_protect:
+        return Protection.off()
+    return Protection(numbers=not args.no_protect_numbers, patterns=tuple(args.protect))
 
 
 def scoring_args(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,9 @@ output has as many lines as without it. Without a calibration in the checkpoint 
 confidence is the uncalibrated fallback, with a warning, and `--min-confidence auto` is refused.
 `--attention-maps DIR` also draws the attention maps of the best translation of each of the first `MAX_MAP_LINES`
 lines (decoding/attention_maps.py) into DIR/line{index}_{encoder,decoder,cross}_layer{N}.png.
+Protected spans (placeholders, URLs, e-mail addresses, paths, options, numbers, code; `--protect REGEX` adds
+patterns, `--no-protect-numbers` lets the model translate numbers, `--no-protect` none) are masked from the model
+and placed back by word alignment, each exactly once (documents/protection.py; api.translate_protected).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer.api import translate_protected
 from transformer.commands.common import load_translator, progress_bar, stdin_lines
 from transformer.commands.documents import guess_mode
+from transformer.commands.flags import protection
 from transformer.decoding.alignment import pharaoh
 from transformer.decoding.attention_maps import require_matplotlib, write_maps
 from transformer.decoding.confidence import UNCALIBRATED
@@ -226,6 +231,7 @@ def run_translate(args: argparse.Namespace) -> int:
         raise UserError("--alignment and --attention-maps read one model's attention: give one --checkpoint")
     if args.attention_maps:
         require_matplotlib()
+    protect = protection(args)  # a bad --protect pattern: one line, before the checkpoint is read
     translator, config, _ = load_translator(args)
     shown = _shown(args, translator)
     lines, total, interactive = _input_lines(args)
@@ -237,8 +243,10 @@ def run_translate(args: argparse.Namespace) -> int:
     try:  # the output file appears (atomically) only once every line is translated
         output = atomic_output(args.output) if to_file else contextlib.nullcontext(sys.stdout)
         with output as out, progress_bar(total, args.quiet or interactive) as bar:
-            translations = translator.translate(
+            translations = translate_protected(
+                translator,
                 lines,
+                protect,
                 chunk_lines=chunk,
                 progress=bar.update,
                 alignment=args.alignment,

@@ -75,6 +75,8 @@ class Translation:
     relaxed: tuple[str, ...] = ()  # the line's controls set aside, of relaxation.py's RELAXATIONS
     unmet: tuple[str, ...] = ()  # the line's constraint phrases (as given) that this output does not meet
     confidence: float = 1.0  # in [0, 1], higher is better (confidence.py); 1 for an empty line
+    protected: tuple[tuple[str, str], ...] = ()  # (kind, text) of each span kept as written (documents/spans.py)
+    by_position: bool = False  # some protected span had no aligned word beside it: placed by its relative place
 
 
 class StreamingEngine:
@@ -274,6 +276,31 @@ class _Line:
     number: int  # its input line number, from 1
     steering: Steering | None  # its prefix and constraints
     surfaces: list[str] | None  # its source pieces' characters, for replace_unk
+
+
+def align_tokens(
+    engine: StreamingEngine, sources: Sequence[str], targets: Sequence[Sequence[int]], layer: int | None = None
+) -> list[list[tuple[int, int]]]:
+    """Word links of each (source line, target ids without BOS and EOS) pair from decoder layer `layer` (None:
+    the last): one teacher-forced pass per batch (alignment.py), for translations made without alignments."""
+    layer = resolve_layer(layer, len(engine.model.decoder.layers))
+    links: list[list[tuple[int, int]]] = [[] for _ in sources]
+    todo = [j for j, source in enumerate(sources) if source.strip()]
+    if not todo:
+        return links
+    encoded = engine.tokenizer.encode_src([sources[j].strip() for j in todo])
+    encoded = [truncate_source(ids, engine.model.max_positions, j + 1) for j, ids in zip(todo, encoded)]
+    lengths = [len(ids) + len(targets[j]) for ids, j in zip(encoded, todo)]
+    order, bounds = build_batches(lengths, lengths, max_tokens=engine.settings.max_tokens, seed=0)
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        batch = order[start:end].tolist()
+        src = _padded([encoded[k] for k in batch], engine.model.pad_id).to(engine.device)  # (B, S)
+        pairs = [(b, targets[todo[k]]) for b, k in enumerate(batch)]
+        with autocast(engine.precision, engine.device):
+            found = align(engine.model, engine.tokenizer, src, pairs, layer=layer)
+        for k, pair_links in zip(batch, found):
+            links[todo[k]] = pair_links
+    return links
 
 
 def _padded(sources: list[list[int]], pad_id: int) -> torch.Tensor:

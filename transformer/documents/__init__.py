@@ -7,8 +7,10 @@ package knows no model: it asks a `SentenceTranslator` (sentences in, translatio
 caller that decodes them itself (`prepare_document`, then its `rebuild`). segments (the model), layout, sentences,
 rendering and placement (markup placed by alignment), pipeline (the hand-off), formats (by name) and one adapter
 per format: plain, html_doc (with html_markup), markdown_doc (with markdown_inline), subtitles (srt, vtt), word
-(docx). Imports only the shared modules (errors, fileio); the format packages (the `documents` extra) are loaded
-when a format is used.
+(docx), gettext (po), xliff (with xliff_inline). spans and protection: what must not change (placeholders, URLs,
+code, numbers, ...) masked from the model and placed back as markup, in documents and in lines (lines.py).
+Imports only the shared modules (errors, fileio); the format packages (the `documents` extra) are loaded when a
+format is used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from transformer.documents.formats import FORMATS, Parsed, guess_format, read_document, require
 from transformer.documents.segments import Alignment, SentenceTranslator
+from transformer.documents.spans import PROTECT, Protection
 
 if TYPE_CHECKING:
     from transformer.documents.pipeline import Planned
@@ -48,14 +51,18 @@ def prepare_document(
     attributes: bool = False,
     name: str = "the document",
     max_unpacked: int | None = None,
+    protection: Protection = PROTECT,
+    retranslate: bool = False,
 ) -> PreparedDocument:
     """`data` (str or UTF-8 bytes; bytes for docx) parsed as a `format` document and cut into sentences that each
-    `fits` the model; a one-line `UserError` for a document that is not of its format. language, attributes, name:
-    as `translate_document`'s; max_unpacked: as `read_document`'s."""
+    `fits` the model; a one-line `UserError` for a document that is not of its format. language, attributes, name,
+    protection, retranslate: as `translate_document`'s; max_unpacked: as `read_document`'s."""
     from transformer.documents.pipeline import plan_segments
 
-    parsed = read_document(data, format, name=name, attributes=attributes, max_unpacked=max_unpacked)
-    return PreparedDocument(parsed, plan_segments(parsed.segments(), fits, language))
+    parsed = read_document(
+        data, format, name=name, attributes=attributes, max_unpacked=max_unpacked, retranslate=retranslate
+    )
+    return PreparedDocument(parsed, plan_segments(parsed.segments(), fits, language, protection))
 
 
 def translate_document(
@@ -66,12 +73,17 @@ def translate_document(
     language: str = "en",
     attributes: bool = False,
     name: str = "the document",
+    protection: Protection = PROTECT,
+    retranslate: bool = False,
 ) -> str | bytes:
-    """`data` (str or UTF-8 bytes; bytes for docx) translated as a `format` document, returned as the same type.
+    """`data` (str or UTF-8 bytes; bytes for docx, po and xliff) translated as a `format` document, returned as
+    the same type.
 
     language: the source language, for the sentence splitter; attributes: html's alt and title translated too;
-    name: how errors name the document."""
-    prepared = prepare_document(data, format, translator.fits, language=language, attributes=attributes, name=name)
+    name: how errors name the document; protection: what is kept as written (spans.py; on by default);
+    retranslate: po and xliff entries already translated are translated again (else left alone)."""
+    options = dict(language=language, attributes=attributes, name=name, protection=protection, retranslate=retranslate)
+    prepared = prepare_document(data, format, translator.fits, **options)
     sentences = prepared.sentences
     return prepared.rebuild(translator.translate(sentences) if sentences else [])
 
@@ -79,6 +91,7 @@ def translate_document(
 __all__ = [
     "FORMATS",
     "PreparedDocument",
+    "Protection",
     "SentenceTranslator",
     "guess_format",
     "prepare_document",

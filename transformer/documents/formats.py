@@ -24,6 +24,8 @@ FORMATS = {  # name -> (extensions, the modules it needs besides sentencex)
     "srt": ((".srt",), ("srt",)),
     "vtt": ((".vtt",), ("webvtt",)),
     "docx": ((".docx",), ("docx",)),
+    "po": ((".po", ".pot"), ("polib",)),
+    "xliff": ((".xlf", ".xliff"), ()),
 }
 EXTRA = 'pip install -e ".[documents]"'  # the `documents` extra of pyproject.toml
 
@@ -75,10 +77,20 @@ def read_document(
     name: str = "the document",
     attributes: bool = False,
     max_unpacked: int | None = None,
+    retranslate: bool = False,
 ) -> Parsed:
     """`data` parsed as `format` (see the module docstring); `attributes`: html's alt and title translated too;
-    `max_unpacked`: the most bytes a zipped format (docx) may unpack to (default: unpacking.py's bound)."""
+    `max_unpacked`: the most bytes a zipped format (docx) may unpack to (default: unpacking.py's bound);
+    `retranslate`: po and xliff entries already translated are translated again."""
     require(format)
+    if format == "po":  # its own charset and line endings (po.py)
+        from transformer.documents.po import PoFile
+
+        return PoFile(data, name, retranslate)
+    if format == "xliff":  # XML: its own encoding (xliff.py)
+        from transformer.documents.xliff import XliffFile
+
+        return XliffFile(data, name, retranslate)
     if format == "docx":
         if isinstance(data, str):
             raise UserError("a .docx document is bytes: read the file in binary mode")

@@ -2,7 +2,8 @@
 
 The pieces are flattened into units (one per character, `Char` or markup piece). A word is a run of characters that
 are not whitespace, uninterrupted by a `Break` or a separating `Atom`; markup strictly inside a run belongs to the
-word (`<b>un</b>true`), markup at its edges to the separators around it. So a segment reads
+word (`<b>un</b>true`), markup at its edges to the separators around it, except a protected span glued to the word
+(`%s:` is the word `:` holding the atom `%s`), which goes with it. So a segment reads
 
     separator 0, word 0, separator 1, word 1, ..., word n-1, separator n
 
@@ -111,7 +112,16 @@ def _words(units: list) -> list[tuple[int, int]]:
             start = None
     if start is not None:
         words.append((start, last + 1))
-    return words
+    return [_with_glued(units, a, b) for a, b in words]
+
+
+def _with_glued(units: list, start: int, end: int) -> tuple[int, int]:
+    """A word's range widened over the protected atoms glued to it (`%s:` is the word `:` holding `%s`)."""
+    while start > 0 and isinstance(units[start - 1], Atom) and units[start - 1].protected:
+        start -= 1
+    while end < len(units) and isinstance(units[end], Atom) and units[end].protected:
+        end += 1
+    return start, end
 
 
 def _spans(units: list) -> tuple[list[Span], dict[int, int | None]]:

@@ -7,6 +7,9 @@ segments, whose markup is placed on them (placement.py). A segment with no word 
 written as it was. Nothing is dropped: a translator that answers with another number of translations is an error.
 The two halves, `plan_segments` (the sentences) and `place_translations` (their results placed), also stand apart
 for a caller that decodes the sentences itself (transformer-serve, in its batcher's rounds).
+Protected spans (placeholders, URLs, code, numbers, ...: protection.py) become atoms before a segment is laid out,
+so the model never reads them and each is placed back once, as markup is; a segment left with no word that holds a
+letter is written as it was.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from dataclasses import dataclass
 
 from transformer.documents.layout import Layout
 from transformer.documents.placement import place
+from transformer.documents.protection import drop_invented, nothing_to_translate, protect_segment, protected_atoms
 from transformer.documents.segments import Alignment, Piece, Segment, SentenceTranslator, check_pairs
 from transformer.documents.sentences import sentence_ranges, soft_end
+from transformer.documents.spans import PROTECT, Protection
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,8 @@ def plan(segment: Segment, fits: Callable[[str], bool], language: str) -> tuple[
     check_pairs(segment.pieces)
     layout = Layout(segment)
     texts = layout.texts
+    if nothing_to_translate(layout):
+        return layout, []
 
     def safe(k: int) -> int:
         return 2 if layout.breaks_line(k) else int(soft_end(texts[k - 1]))
@@ -50,8 +57,15 @@ class Planned:
         return [" ".join(layout.texts[a:b]) for layout, ranges in self.plans for a, b in ranges]
 
 
-def plan_segments(segments: Sequence[Segment], fits: Callable[[str], bool], language: str = "en") -> Planned:
-    """`segments` cut into sentences, each one that `fits` the model (SentenceTranslator.fits)."""
+def plan_segments(
+    segments: Sequence[Segment],
+    fits: Callable[[str], bool],
+    language: str = "en",
+    protection: Protection = PROTECT,
+) -> Planned:
+    """`segments` cut into sentences, each one that `fits` the model (SentenceTranslator.fits), their protected
+    spans (`protection`) made atoms first."""
+    segments = [protect_segment(segment, protection) for segment in segments]
     return Planned(segments, [plan(segment, fits, language) for segment in segments])
 
 
@@ -67,7 +81,9 @@ def place_translations(planned: Planned, results: Sequence[tuple[str, Alignment 
             outputs.append(list(segment.pieces))
             continue
         placer = segment.info.get("place", place)  # an adapter may place its markup otherwise (word.py)
-        pieces = placer(layout, ranges, results[done : done + len(ranges)])
+        spans = {atom.raw for atom in protected_atoms(segment)}
+        own = [drop_invented(text, links, spans) for text, links in results[done : done + len(ranges)]]
+        pieces = placer(layout, ranges, own)
         finish = segment.info.get("finish")  # and go over the placed pieces last (markdown_emphasis.py)
         outputs.append(finish(segment.pieces, pieces) if finish else pieces)
         done += len(ranges)
@@ -75,15 +91,24 @@ def place_translations(planned: Planned, results: Sequence[tuple[str, Alignment 
 
 
 def translate_segments(
-    segments: Sequence[Segment], translator: SentenceTranslator, language: str = "en"
+    segments: Sequence[Segment],
+    translator: SentenceTranslator,
+    language: str = "en",
+    protection: Protection = PROTECT,
 ) -> list[list[Piece]]:
     """The target pieces of each segment, in order (see the module docstring)."""
-    planned = plan_segments(segments, translator.fits, language)
+    planned = plan_segments(segments, translator.fits, language, protection)
     sentences = planned.sentences
     log.info("%d segments, %d sentences to translate", len(segments), len(sentences))
     return place_translations(planned, translator.translate(sentences) if sentences else [])
 
 
-def sentence_count(segments: Sequence[Segment], translator: SentenceTranslator, language: str = "en") -> int:
+def sentence_count(
+    segments: Sequence[Segment],
+    translator: SentenceTranslator,
+    language: str = "en",
+    protection: Protection = PROTECT,
+) -> int:
     """How many sentences `translate_segments` would send (for progress and tests)."""
-    return sum(len(plan(segment, translator.fits, language)[1]) for segment in segments)
+    protected = (protect_segment(segment, protection) for segment in segments)
+    return sum(len(plan(segment, translator.fits, language)[1]) for segment in protected)

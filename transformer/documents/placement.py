@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from transformer.documents.layout import Layout, Span
 from transformer.documents.rendering import Rendering
-from transformer.documents.segments import Alignment, Atom, Char, Piece
+from transformer.documents.segments import Alignment, Atom, Break, Char, Piece, raw
 
 
 @dataclass
@@ -61,7 +61,7 @@ def place(layout: Layout, ranges, translations: Sequence[tuple[str, Alignment | 
             owner = layout.owner[u]
             parent = root if owner is None else nodes[owner]
             if not parent.keep:  # else written with the kept span that holds it
-                point = _point(rendering, u)
+                point = markup_point(rendering, u)
                 parent.children.append(Node(u, point, point, link=unit.link))
     _mark_links(root)
     _settle(rendering, root.children, root.start, root.end)
@@ -82,7 +82,7 @@ def _span_node(rendering: Rendering, span: Span) -> Node:
     if span.words is None:  # holds no word: where it stood when that was written in place, else after a word
         start, end = rendering.home.get(span.open), rendering.home.get(span.close)
         if start is None or end is None:
-            start = end = _point(rendering, span.open)
+            start = end = markup_point(rendering, span.open)
         return Node(span.open, start, end, span, keep=True, link=link)
     first, last = span.words
     targets = rendering.links.span(first, last)
@@ -127,7 +127,7 @@ def _close_at(rendering: Rendering, span: Span, t: int) -> int:
     return rendering.word_at[t][1]
 
 
-def _point(rendering: Rendering, u: int) -> int:
+def markup_point(rendering: Rendering, u: int) -> int:
     """Where markup that holds no word goes: where it stood if that was written in place, else after the target
     word aligned to the word before it (before the one aligned to the word after it, at the segment's start),
     never past a required break (a cue boundary) that it did not stand past in the source."""
@@ -142,6 +142,11 @@ def _point(rendering: Rendering, u: int) -> int:
 def _aligned_point(rendering: Rendering, u: int) -> int:
     layout, links = rendering.layout, rendering.links
     word = layout.word_of_unit.get(u)
+    if word is not None and _leads(layout, word, u):  # a protected span glued before its word's text: before it too
+        found = links.targets.get(word)
+        t = min(found) if found else links.project(word)
+        if t is not None:
+            return rendering.word_at[t][0]
     before = word if word is not None else layout.separator_of(u) - 1
     if before >= 0 and (t := links.anchor(before)) is not None:
         return rendering.word_at[t][1]
@@ -149,6 +154,11 @@ def _aligned_point(rendering: Rendering, u: int) -> int:
     if after < len(layout.words) and (t := links.anchor(after)) is not None:
         return rendering.word_at[t][0]
     return rendering.sentence_at[links.sentence[max(before, 0)]] if layout.words else 0
+
+
+def _leads(layout: Layout, word: int, u: int) -> bool:
+    """Whether unit u of a word stands before every character of it."""
+    return not any(isinstance(unit, Char) for unit in layout.units[layout.words[word][0] : u])
 
 
 def _settle(rendering: Rendering, children: list[Node], lo: int, hi: int) -> None:
@@ -261,7 +271,7 @@ def _walk(layout: Layout, rendering: Rendering, children: list[Node], lo: int, h
     for child in children:
         out.extend(rendering.text[position : child.start])
         if child.span is None:
-            out.append(layout.units[child.unit])
+            out.extend(_spaced(layout, rendering, child.unit, child.start, out))
             position = child.start
             continue
         out.append(layout.units[child.span.open])
@@ -272,6 +282,43 @@ def _walk(layout: Layout, rendering: Rendering, children: list[Node], lo: int, h
         out.append(layout.units[child.span.close])
         position = child.end
     out.extend(rendering.text[position:hi])
+
+
+def _spaced(layout: Layout, rendering: Rendering, u: int, at: int, out: list[Piece]) -> list[Piece]:
+    """An atom, with a space on a side where a protected span that stood apart in the source (whitespace beside it)
+    is placed away from its home against a word (`open %s` stays apart, not `open%s`)."""
+    before = next((raw(p)[-1] for p in reversed(out) if raw(p)), " ")
+    after = next((t[0] for t in rendering.text[at:] if t), " ")
+    left, right = spacing(layout, rendering, u, before, after)
+    return [" "] * left + [layout.units[u]] + [" "] * right
+
+
+def spacing(layout: Layout, rendering: Rendering, u: int, before: str, after: str) -> tuple[bool, bool]:
+    """Whether a space goes before and after atom u placed between the characters `before` and `after` (see
+    `_spaced`): only for a protected span away from its home."""
+    unit = layout.units[u]
+    if not (isinstance(unit, Atom) and unit.protected) or u in rendering.home:
+        return False, False
+    return _apart(layout, u - 1, before), _apart(layout, u + 1, after)
+
+
+def _apart(layout: Layout, v: int, beside: str) -> bool:
+    """Whether a space parts a placed span from the character `beside` it in the target: where unit v beside it in
+    the source was whitespace, or where the target puts a letter or digit against it and the source did not."""
+    if beside.isspace():
+        return False
+    if _space_at(layout, v):
+        return True
+    unit = layout.units[v]
+    return beside.isalnum() and not (isinstance(unit, Char) and unit.text[:1].isalnum())
+
+
+def _space_at(layout: Layout, u: int) -> bool:
+    """Whether unit u is whitespace (or lies outside the segment)."""
+    if not 0 <= u < len(layout.units):
+        return True
+    unit = layout.units[u]
+    return isinstance(unit, Char) and unit.text.isspace() or isinstance(unit, Break)
 
 
 def _as_written(layout: Layout, start: int, end: int) -> list[Piece]:

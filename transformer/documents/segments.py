@@ -10,7 +10,8 @@ file's cues). A segment is a list of pieces:
   target words aligned to the words it held (placement.py); `keep=True` keeps what it holds as written (code);
   `link=True` for a link, which never comes to hold another link (HTML and Markdown links do not nest);
 - `Atom`: markup that stands where it is (`<br>`, an image, a comment), after the target word aligned to the word
-  before it; `separates=True` when it parts words as a space does;
+  before it; `separates=True` when it parts words as a space does; `protected` names a span of text that must not
+  change (a placeholder, a URL, code: protection.py), masked from the model and placed as an atom;
 - `Break`: whitespace as written where a line starts with more (`\\n> `, an indentation, a cue's number and times),
   put after the target word aligned to the word before it; `required=True` when it must appear, in order (cues).
 
@@ -69,11 +70,13 @@ class Close:
 
 @dataclass(frozen=True, eq=False)
 class Atom:
-    """Markup that stands on its own; `separates`: it parts words, as a space does; `link`: a link (an autolink)."""
+    """Markup that stands on its own; `separates`: it parts words, as a space does; `link`: a link (an autolink);
+    `protected`: the kind of a span of text kept as written (protection.py), '' for markup."""
 
     raw: str
     separates: bool = False
     link: bool = False
+    protected: str = ""
 
 
 @dataclass(frozen=True, eq=False)

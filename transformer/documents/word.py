@@ -21,6 +21,7 @@ import io
 from collections.abc import Sequence
 
 from transformer.documents.layout import Layout
+from transformer.documents.placement import markup_point, spacing
 from transformer.documents.rendering import Rendering
 from transformer.documents.segments import Atom, Close, Open, Piece, Segment, bad_file
 from transformer.documents.unpacking import check_unpacked
@@ -143,6 +144,7 @@ def place_in_runs(layout: Layout, ranges, translations) -> list[Piece]:
     it. Where the runs can be moved (`_movable`), they follow the text, a run copied where its words come back
     apart; else they keep their order, and where that order is not the text's, the fewest characters change run."""
     rendering = Rendering(layout, ranges, translations)
+    _with_protected(layout, rendering)
     word_of_entry = {i: t for t, (a, b) in enumerate(rendering.word_at) for i in range(a, b)}
     wanted: list[int | None] = []
     for i, unit in enumerate(rendering.origin):
@@ -163,6 +165,26 @@ def place_in_runs(layout: Layout, ranges, translations) -> list[Piece]:
             pieces += [layout.units[span.open], "".join(text), layout.units[span.close]]
         return pieces
     return _moved(layout, _spaces_placed(layout, wanted, rendering.text), rendering.text)
+
+
+def _with_protected(layout: Layout, rendering: Rendering) -> None:
+    """The rendering's text with each protected span's text (protection.py) where placement.py puts the atom, a
+    space beside it where it stood apart: a span is text of its run here, so it goes into the run's text (the
+    rendering's word ranges moved past it)."""
+    spans = [u for u, unit in enumerate(layout.units) if isinstance(unit, Atom) and unit.protected]
+    inserted: list[tuple[int, list[str], int]] = []  # (where, the entries, their unit), last first
+    for u in spans:
+        at = markup_point(rendering, u)
+        before = next((t[-1] for t in reversed(rendering.text[:at]) if t), " ")
+        after = next((t[0] for t in rendering.text[at:] if t), " ")
+        left, right = spacing(layout, rendering, u, before, after)
+        inserted.append((at, [" "] * left + [layout.units[u].raw] + [" "] * right, u))
+    moved = sorted((at, len(entries)) for at, entries, _ in inserted)
+    shift = lambda i, strict: sum(n for at, n in moved if at < i or not strict and at == i)
+    rendering.word_at = [(a + shift(a, False), b + shift(b, True)) for a, b in rendering.word_at]
+    for at, entries, u in sorted(inserted, key=lambda x: (x[0], x[2]), reverse=True):  # at one point: in order
+        rendering.text[at:at] = entries
+        rendering.origin[at:at] = [u] * len(entries)
 
 
 def _spaces_placed(layout: Layout, wanted: list[int | None], text: list[str]) -> list[int]:

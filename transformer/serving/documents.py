@@ -15,6 +15,8 @@ A document goes in three steps, none of which holds the event loop or a thread w
 3. rebuilt from the translations in a worker thread.
 A file's format comes from its extension (`FILE_FORMATS`); the translated file is kept in the server's file store
 (file_store.py) under its key, `<id>.<name>` with `name` the upload's own name made safe (`download_name`).
+Protected spans are kept as written in files and html items alike (protected.py's fields); gettext .po/.pot and
+XLIFF files get their untranslated entries translated and marked for review (docs/documents.md).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ import unicodedata
 from fastapi import Request
 
 from transformer.documents import FORMATS, PreparedDocument, prepare_document, require
+from transformer.documents.spans import PROTECT, Protection
 from transformer.documents.unpacking import UnpackedTooLargeError
 from transformer.errors import UserError
 from transformer.serving.engine import Settings
 from transformer.serving.libretranslate import check_file_fields
+from transformer.serving.protected import request_protection
 from transformer.serving.registry import Model
 from transformer.serving.requests import ApiError, check_lines
 from transformer.serving.routing import decode_route, resolve
@@ -45,6 +49,8 @@ MEDIA_TYPES = {  # a format's Content-Type when its file is downloaded
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "po": "text/x-gettext-translation; charset=utf-8",  # a catalogue in another charset names it in its header
+    "xliff": "application/xliff+xml",
 }
 NAME_CHARS = 100  # the longest download name kept from an upload's name (its extension added)
 UNPACKED_RATIO = 32  # a .docx (a zip) may unpack to at most this many times --max-file-bytes: no zip bomb
@@ -83,20 +89,28 @@ def upload_format(filename: str) -> str:
 
 
 def prepare(
-    engine, data: str | bytes, format: str, name: str, language: str | None = None, *, max_unpacked: int = 0
+    engine,
+    data: str | bytes,
+    format: str,
+    name: str,
+    language: str | None = None,
+    *,
+    max_unpacked: int = 0,
+    protection: Protection = PROTECT,
 ) -> PreparedDocument:
     """`data` read as a `format` document and cut into sentences that `engine` (a route's first model) takes, by
-    the sentence splitter of `language` (default: the engine's source); a 400 when it is not of its format, a 413
-    for a .docx whose parts declare more than `max_unpacked` bytes unpacked (and a 400 for one whose part unpacks
-    past what it declares: documents/unpacking.py, before any part is unpacked whole). CPU work on up to a whole
-    file: run off the event loop."""
+    the sentence splitter of `language` (default: the engine's source), `protection`'s spans kept as written; a 400
+    when it is not of its format, a 413 for a .docx whose parts declare more than `max_unpacked` bytes unpacked (and
+    a 400 for one whose part unpacks past what it declares: documents/unpacking.py, before any part is unpacked
+    whole). CPU work on up to a whole file: run off the event loop."""
 
     def fits(sentence: str) -> bool:
         return engine.source_tokens([sentence])[0] <= engine.max_positions
 
     try:
         language = language or engine.languages[0]
-        return prepare_document(data, format, fits, language=language, name=name, max_unpacked=max_unpacked or None)
+        options = dict(language=language, name=name, max_unpacked=max_unpacked or None, protection=protection)
+        return prepare_document(data, format, fits, **options)
     except UnpackedTooLargeError as exc:
         ratio = f"{UNPACKED_RATIO} x --max-file-bytes"
         detail = f"{name} unpacks to {exc.unpacked} bytes, the limit is {max_unpacked} ({ratio})"
@@ -124,7 +138,9 @@ async def translate_html(
     limits = service.serve.max_lines, service.serve.max_chars
 
     def plan() -> list[PreparedDocument]:
-        prepared = [prepare(route[0].engine, item, "html", name) for name, item in items]
+        prepared = [
+            prepare(route[0].engine, item, "html", name, protection=settings.protection) for name, item in items
+        ]
         check_lines([sentence for document in prepared for sentence in document.sentences], *limits)
         return prepared
 
@@ -148,6 +164,7 @@ async def translate_file(service: Service, request: Request) -> str:
     """POST /translate_file: the uploaded file translated and kept in the file store; its key there."""
     fields = await service.upload(request)
     upload = check_file_fields(fields)
+    protection = request_protection(fields)
     limit = service.serve.max_file_bytes
     if len(upload.data) > limit:
         raise ApiError(413, f"File too large: {len(upload.data)} bytes, the limit is {limit} (--max-file-bytes)")
@@ -157,7 +174,8 @@ async def translate_file(service: Service, request: Request) -> str:
         service.registry.route(source, target)  # an unknown pair is refused before the file is read
 
     def read(engine, language: str | None = None) -> PreparedDocument:
-        return prepare(engine, upload.data, format, name, language, max_unpacked=UNPACKED_RATIO * limit)
+        limit_unpacked = UNPACKED_RATIO * limit
+        return prepare(engine, upload.data, format, name, language, max_unpacked=limit_unpacked, protection=protection)
 
     first = service.registry.first.engine if source == "auto" else service.registry.route(source, target)[0].engine
     prepared = await off_loop(read, first)

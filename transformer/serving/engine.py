@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from transformer.api import Translator
+from transformer.documents.spans import PROTECT, Protection
 
 CONTROLS = ("prefix", "constraints")  # per-line search controls passed through to Translator.translate
 OPTIONS = ("replace_unk",)  # per-request switches (true/false) passed through to Translator.translate
@@ -33,6 +34,7 @@ class Settings:
     alignment_layer: int | None = None  # the decoder layer they are read from (None: the last)
     controls: tuple[str, ...] = ()  # the per-line controls given (names from CONTROLS)
     options: tuple[tuple[str, bool], ...] = ()  # (name from OPTIONS, value) pairs given
+    protection: Protection = PROTECT  # what is kept as written (protected.py)
 
 
 class Engine:
@@ -72,6 +74,7 @@ class Engine:
                 alignment_layer=settings.alignment_layer,
                 **controls,
                 **dict(settings.options),
+                **({} if settings.protection == PROTECT else {"protect": settings.protection}),  # else the default
             )
 
     def _variant(self, decode: tuple[tuple[str, Any], ...]):

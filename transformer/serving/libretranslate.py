@@ -8,7 +8,8 @@ POST /translate reads `q` (a string, or a list of strings), `source`, `target`, 
 `q`, one such entry per item, all alike, as LibreTranslate answers). With `alternatives: N`
 it adds `alternatives`, the next N hypotheses of the beam (a list per item for a list `q`). A `q` with several
 lines is translated line by line and joined back with newlines; a `format: html` item is translated as an HTML
-document, its markup kept and its inline tags placed by word alignment (documents.py).
+document, its markup kept and its inline tags placed by word alignment (documents.py). Placeholders, URLs, numbers,
+code and the like are kept as written unless `protect` is false (protected.py).
 LibreTranslate's `--batch-limit` (items of a list `q`) and `--char-limit` (characters of a request's `q`, a key's
 own limit first) are checked here. The languages are the registry's (registry.py: which pairs, which routes).
 Errors are LibreTranslate's: 400 with "Invalid request: missing q parameter", "xx is not supported",
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transformer.serving.engine import Settings
+from transformer.serving.protected import request_protection
 from transformer.serving.requests import ApiError, Upload, check_lines, short
 
 
@@ -81,7 +83,8 @@ def plan_translate(
     single = isinstance(fields["q"], str)
     alternatives = _alternatives(fields.get("alternatives"), max_beam - 1)
     nbest = 1 + alternatives
-    settings = Settings(decode=(("beam_size", nbest),) if nbest > beam_size else (), nbest=nbest)
+    decode = (("beam_size", nbest),) if nbest > beam_size else ()
+    settings = Settings(decode=decode, nbest=nbest, protection=request_protection(fields))
     extra = {} if detected is None else {"detectedLanguage": detected if single else [detected] * len(items)}
 
     def answer(texts: list[list[str]]) -> dict:

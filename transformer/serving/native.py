@@ -6,9 +6,11 @@ Request (JSON): `q` (a sentence, or a list of sentences: one line each, no newli
 within the server's limits), `alignment` (true: word links per hypothesis), `alignment_layer`, the per-line search
 controls of engine.CONTROLS (`prefix`: one string per line, "" for none; `constraints`: one list of strings per
 line, [] for none), `replace_unk` (true/false), `glossary` (a name of the server's glossaries) and `glossary_terms`
-(a list of [source, target] pairs: glossaries.py), and `api_key`.
+(a list of [source, target] pairs: glossaries.py), `protect`, `protect_numbers`, `protect_patterns` (protected.py),
+and `api_key`.
 Answer: `{"translations": [[hypothesis, ...], ...]}`, one list per line of `q` (best first), each hypothesis
-`{"text", "score", "log_prob", "tokens", "relaxed", "unmet", "confidence"}` (tokens: the number of output pieces;
+`{"text", "score", "log_prob", "tokens", "relaxed", "unmet", "confidence", "protected", "by_position"}` (tokens: the
+number of output pieces;
 relaxed: the controls set aside for the line, unmet: the constraint phrases the hypothesis misses; confidence: in
 [0, 1], decoding/confidence.py, 4 decimals) and, with `alignment`, `"alignment": [[source word, target word], ...]`.
 The answer's `confidence_threshold`: the checkpoint's default threshold, chosen on its validation set (null: the
@@ -24,6 +26,8 @@ import math
 from transformer.config import DecodeConfig, choices
 from transformer.serving.engine import CONTROLS, OPTIONS, Settings
 from transformer.serving.glossaries import FIELDS as GLOSSARY_FIELDS
+from transformer.serving.protected import FIELDS as PROTECTION_FIELDS
+from transformer.serving.protected import request_protection
 from transformer.serving.requests import ApiError, check_lines, short
 
 SEARCH = ("beam_size", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len")  # DecodeConfig fields
@@ -39,6 +43,7 @@ FIELDS = (
     *CONTROLS,
     *OPTIONS,
     *GLOSSARY_FIELDS,
+    *PROTECTION_FIELDS,
 )
 ENTRY = {  # what one line's entry of each control is
     "prefix": ("a string", lambda v: isinstance(v, str)),
@@ -155,6 +160,7 @@ def plan_native(
         alignment_layer=layer,
         controls=tuple(sorted(controls)),
         options=_options(fields),
+        protection=request_protection(fields),
     )
     return lines, settings, controls
 
@@ -167,6 +173,7 @@ def hypotheses(results: list[list], alignment: bool, threshold: float | None = N
         out = {"text": t.text, "score": score, "log_prob": log_prob, "tokens": len(t.tokens)}
         out |= {"relaxed": list(t.relaxed), "unmet": list(t.unmet)}  # controls set aside, phrases missed (decoding.md)
         out["confidence"] = round(t.confidence, 4)
+        out |= {"protected": [list(span) for span in t.protected], "by_position": t.by_position}
         if alignment:
             out["alignment"] = [list(link) for link in t.alignment or []]
         return out
