@@ -43,9 +43,9 @@ COVERED_ELSEWHERE = {  # command -> (the file that runs it, how)
         "tests/test_serving_pairs.py",
         "starts the real server with three models (es-en, en-es, en-yy) and talks HTTP to it, pivots included",
     ),
-    "transformer-translate --checkpoint CKPT --format --input report.docx --output report.en.docx": (
+    "transformer-translate --checkpoint CKPT --input report.docx --output report.en.docx": (
         "tests/test_documents_cli.py",
-        "translates a Word file end to end (test_each_format_is_translated_end_to_end)",
+        "translates a Word file end to end (test_each_format_is_translated_end_to_end; without --format: the guess)",
     ),
     "transformer-distill --teacher runs/demo/averaged.pt --config configs/student.yaml --out runs/distill": (
         "tests/test_distillation.py",
