@@ -33,7 +33,7 @@ import torch
 
 from transformer.decoding.candidates import select_top
 from transformer.decoding.controls import Controls
-from transformer.decoding.steps import NEG_INF, Hypothesis, _ban_row, lp, max_output_lengths
+from transformer.decoding.steps import NEG_INF, Hypothesis, ban_row, lp, max_output_lengths
 from transformer.model.attention import make_pad_mask
 from transformer.model.static_cache import init_static_cache
 
@@ -66,7 +66,7 @@ class _Step:
         """The next-token log-probabilities (N, V) as steps.next_log_probs gives them, in fixed shapes."""
         last = self.tokens.index_select(1, self.step.view(1))  # (N, 1)
         log_probs = self.model.decode_step(last, self.cache)  # (N, V)
-        ban = _ban_row((self.model.pad_id, self.ids["bos_id"]), log_probs.dtype, log_probs.device)
+        ban = ban_row((self.model.pad_id, self.ids["bos_id"]), log_probs.dtype, log_probs.device)
         log_probs[:, : ban.numel()] += ban  # PAD and BOS, as steps._forbid adds them
         early = torch.where(self.step < self.ids["min_len"], NEG_INF, 0.0)  # EOS before min_len tokens
         log_probs[:, self.ids["eos_id"]] += early

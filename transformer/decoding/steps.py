@@ -71,7 +71,7 @@ def max_output_lengths(model, src_mask: torch.Tensor, max_len_a: float, max_len_
 def _forbid(log_probs: torch.Tensor, step: int, *, model, bos_id: int, eos_id: int, min_len: int) -> torch.Tensor:
     """(N, V) -> the same tensor, -inf at PAD and BOS, and at EOS while fewer than `min_len` tokens are out."""
     banned = (model.pad_id, bos_id) + ((eos_id,) if step < min_len else ())
-    ban = _ban_row(banned, log_probs.dtype, log_probs.device)  # (max id + 1,): -inf at the banned ids, else 0
+    ban = ban_row(banned, log_probs.dtype, log_probs.device)  # (max id + 1,): -inf at the banned ids, else 0
     log_probs[:, : ban.numel()] += ban  # one small in-place add over the first columns (the special ids)
     return log_probs
 
@@ -85,7 +85,8 @@ def next_log_probs(model, tokens, cache, controls: Controls, step: int, bos_id: 
 
 
 @functools.cache
-def _ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def ban_row(banned: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(max id + 1,): -inf at the `banned` ids, 0 at the others; one tensor per ids, dtype and device (cached)."""
     row = torch.zeros(max(banned) + 1, dtype=dtype, device=device)
     row[list(banned)] = NEG_INF
     return row
