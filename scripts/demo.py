@@ -25,12 +25,13 @@ from pathlib import Path
 from transformer.commands.cli import user_errors_exit_2
 from transformer.errors import UserError
 
-# Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (d_model 192, 1.4-1.45x
-# the updates in the same time) learns more: on the dev books it leads while updates are few and falls behind when
-# they are many, the difference crossing zero near 4,500. Near that crossing the two are within about a point, while
-# one idle machine's probe can read 15% apart in two runs: so the small preset is taken only below the crossing less
-# that spread, and a machine near the crossing keeps demo.yaml whichever way its probe wanders. Re-measured with
-# demo_small at lr 3e-3, the two tie from 4,000 updates up, so the threshold stays (the runs behind each figure:
+# Below this many updates of configs/demo.yaml in the time training has, configs/demo_small.yaml (then d_model 192,
+# 1.4-1.45x the updates in the same time) learns more: on the dev books it leads while updates are few and falls
+# behind when they are many, the difference crossing zero near 4,500. Near that crossing the two are within about a
+# point, while one idle machine's probe can read 15% apart in two runs: so the small preset is taken only below the
+# crossing less that spread, and a machine near the crossing keeps demo.yaml whichever way its probe wanders.
+# Re-measured with demo_small at lr 3e-3, the two tie from 4,000 updates up, so the threshold stays; the preset's
+# d_model 160 (since) scores at least as well as 192 at the threshold's time (the runs behind each figure:
 # docs/benchmarks.md#the-demo-presets-and-their-threshold, docs/benchmarks.md#the-update-rate-probe).
 SMALL_PRESET_BELOW = round(4500 * (1 - 0.15))  # 3,825
 # The trainer makes fewer updates than the probe's rate times its time: it also validates every 500 updates, writes
